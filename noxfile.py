@@ -1,0 +1,217 @@
+"""Every check a person or CI runs on this repository.
+
+`nox -l` lists the sessions. `nox -t offline` runs the whole offline matrix (lint, typecheck, every package's
+tests at both dependency bounds on each installed Python 3.11-3.13, the workspace tests, the build and the
+workflow check); `nox -t offline -p 3.11` is the subset CI runs on every change. Packages are discovered from
+`packages/*/pyproject.toml`, so a new adapter joins every session without an edit here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import nox
+
+ROOT = Path(__file__).parent
+PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
+PYTHONS = ["3.11", "3.12", "3.13"]
+DEFAULT_PYTHON = "3.11"
+BOUNDS = ["lowest", "latest"]
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv"
+nox.options.sessions = []  # `nox` alone lists nothing to run; name sessions or tags explicitly.
+# A missing interpreter is skipped locally (nox turns this into an error when CI is set).
+nox.options.error_on_missing_interpreters = False
+# uv must find the interpreters already on the machine, never download one.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
+
+
+def _expose_pyenv_versions() -> None:
+    """Let `python3.12`-style shims resolve when pyenv holds several versions but selects one."""
+    if "PYENV_VERSION" in os.environ or shutil.which("pyenv") is None:
+        return
+    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False)
+    versions = [v for v in bare.stdout.split() if v[:1].isdigit() and "/" not in v]
+    if versions:
+        os.environ["PYENV_VERSION"] = ":".join(versions)
+
+
+_expose_pyenv_versions()
+
+
+def _packages() -> dict[str, dict[str, object]]:
+    """Distribution name -> its `[tool.lizard-integrations]` table, for every package folder."""
+    found: dict[str, dict[str, object]] = {}
+    for pyproject in sorted(ROOT.glob("packages/*/pyproject.toml")):
+        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
+        found[data["project"]["name"]] = data.get("tool", {}).get("lizard-integrations", {})
+    return found
+
+
+PACKAGES = _packages()
+
+
+def _group(name: str) -> list[str]:
+    return list(nox.project.dependency_groups(PYPROJECT, name))
+
+
+def _path(package: str) -> str:
+    return f"packages/{package}"
+
+
+def _install_package(session: nox.Session, package: str, bound: str = "latest") -> None:
+    """Install a package with lizard-core and lizard-local (the test fixture) from this checkout.
+
+    `lowest` resolves the declared direct dependencies to their lowest allowed versions (uv's
+    lowest-direct), so every range in a pyproject is exercised at both ends.
+    """
+    options = PACKAGES[package]
+    extras = options.get("test-extras", [])
+    assert isinstance(extras, list)
+    target = _path(package) + (f"[{','.join(extras)}]" if extras else "")
+    local = {"lizard-core", "lizard-local"} - {package}
+    args = [arg for dep in sorted(local) for arg in ("-e", _path(dep))] + ["-e", target]
+    if bound == "lowest":
+        session.install("--resolution=lowest-direct", *args)
+    else:
+        session.install(*args)
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+def lint(session: nox.Session) -> None:
+    """Ruff lint and format check over the whole repository."""
+    session.install(*_group("lint"))
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+@nox.parametrize("package", list(PACKAGES))
+def typecheck(session: nox.Session, package: str) -> None:
+    """Mypy --strict over one package's sources and tests."""
+    _install_package(session, package)
+    session.install(*_group("typecheck"), *_group("test"))
+    session.run("mypy", "--strict", f"{_path(package)}/src")
+
+
+@nox.session(python=PYTHONS, tags=["offline"])
+@nox.parametrize("bound", BOUNDS)
+@nox.parametrize("package", list(PACKAGES))
+def tests(session: nox.Session, package: str, bound: str) -> None:
+    """One package's offline tests at one dependency bound (sockets limited to loopback)."""
+    session.install(*_group("test"))
+    _install_package(session, package, bound)
+    session.run(
+        "pytest",
+        f"{_path(package)}/tests",
+        "-m",
+        "not live",
+        *session.posargs,
+        env={"LIZARD_LIVE_TESTS": "0"},
+    )
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+def workspace(session: nox.Session) -> None:
+    """Cross-package tests: lockstep versions, packaging, docs snippets, the adapter kit."""
+    session.install(*_group("test"), "build", "hatchling>=1.27")
+    for package in PACKAGES:
+        session.install("-e", _path(package))
+    session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session(python=DEFAULT_PYTHON)
+@nox.parametrize("package", list(PACKAGES))
+def live(session: nox.Session, package: str) -> None:
+    """One package's tests against the Lizard cloud (LIZARD_LIVE_TESTS=1 and credentials)."""
+    missing = [
+        name
+        for name in ("LIZARD_API_KEY", "LIZARD_PROJECT_ID")
+        if not os.environ.get(name)
+    ]
+    if os.environ.get("LIZARD_LIVE_TESTS") != "1" or missing:
+        session.error(
+            "Live tests create real sandboxes in your Lizard project. Set LIZARD_LIVE_TESTS=1, "
+            "LIZARD_API_KEY and LIZARD_PROJECT_ID (LIZARD_API_URL is optional); missing: "
+            + ", ".join(missing or ["LIZARD_LIVE_TESTS=1"])
+        )
+    session.install(*_group("test"))
+    _install_package(session, package)
+    session.run("pytest", f"{_path(package)}/tests", "-m", "live", "--force-enable-socket")
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+def build(session: nox.Session) -> None:
+    """Build every package's sdist, then its wheel from that sdist, into dist/, and check them."""
+    session.install("build", "twine")
+    dist = ROOT / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    for package in PACKAGES:
+        # python -m build makes the sdist first and builds the wheel from it, which proves sdists
+        # are self-contained.
+        session.run("python", "-m", "build", "--installer", "uv", "-o", str(dist), _path(package))
+    session.run("twine", "check", "--strict", *sorted(str(p) for p in dist.iterdir()))
+    session.run("python", "shared/release/check_dists.py", str(dist), silent=False)
+
+
+@nox.session(python=DEFAULT_PYTHON)
+def demo(session: nox.Session) -> None:
+    """Run every adapter's example: against lizard-local with scripted models, or the cloud when
+    LIZARD_API_KEY is set."""
+    examples = sorted(ROOT.glob("packages/*/examples/*.py"))
+    for package in PACKAGES:
+        extras = PACKAGES[package].get("demo-extras", [])
+        assert isinstance(extras, list)
+        session.install("-e", _path(package) + (f"[{','.join(extras)}]" if extras else ""))
+    if not examples:
+        session.log("No adapter examples yet: nothing to demo.")
+        return
+    for example in examples:
+        session.log(f"== {example.relative_to(ROOT)}")
+        session.run("python", str(example))
+
+
+@nox.session(python=DEFAULT_PYTHON)
+def bench(session: nox.Session) -> None:
+    """Benchmarks against the 0.1.0 packages on lizard-local; writes docs/performance.md."""
+    script = ROOT / "shared" / "bench" / "run.py"
+    if not script.exists():
+        session.log("The benchmark suite has not landed yet (shared/bench/run.py).")
+        return
+    session.run("python", str(script), *session.posargs)
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+def workflows(session: nox.Session) -> None:
+    """Validate the GitHub workflows offline: the vendored schema, then zizmor's offline audits."""
+    session.install("check-jsonschema", "zizmor")
+    files = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.yml"))
+    session.run("check-jsonschema", "--builtin-schema", "vendor.github-workflows", *files)
+    session.run("zizmor", "--offline", "--min-severity", "medium", *files)
+
+
+@nox.session(python=False)
+def dev(session: nox.Session) -> None:
+    """Create .venv with every package installed editable and all development tools."""
+    uv = shutil.which("uv") or session.error("uv is required: python -m pip install uv")
+    venv = ROOT / ".venv"
+    session.run(uv, "venv", "--allow-existing", "-p", DEFAULT_PYTHON, str(venv), external=True)
+    python = str(venv / "bin" / "python")
+    editable = []
+    for package in PACKAGES:
+        extras = PACKAGES[package].get("test-extras", [])
+        assert isinstance(extras, list)
+        editable += ["-e", _path(package) + (f"[{','.join(extras)}]" if extras else "")]
+    tools = _group("test") + _group("lint") + _group("typecheck") + ["build", "twine", "nox"]
+    session.run(uv, "pip", "install", "-p", python, *editable, *tools, external=True)
+    session.log(f"Ready: source {venv.relative_to(ROOT)}/bin/activate")
+
+
+if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is not how to run it
+    sys.exit("Run sessions with nox, e.g. `nox -l`.")

@@ -1,0 +1,1 @@
+"""lizard_local."""

@@ -1,0 +1,1 @@
+"""pydantic_ai_lizard."""

@@ -1,0 +1,1 @@
+"""smolagents_lizard."""
