@@ -1,9 +1,10 @@
 """Every check a person or CI runs on this repository.
 
-`nox -l` lists the sessions. `nox -t offline` runs the whole offline matrix (lint, typecheck, every package's
-tests at both dependency bounds on each installed Python 3.11-3.13, the workspace tests, the build and the
-workflow check); `nox -t offline -p 3.11` is the subset CI runs on every change. Packages are discovered from
-`packages/*/pyproject.toml`, so a new adapter joins every session without an edit here.
+`nox -l` lists the sessions. `nox -t offline` runs the whole offline matrix (lint, typecheck, every
+package's tests at both dependency bounds on each installed Python 3.11-3.13, the workspace tests,
+the build and the workflow check); `nox -t offline -p 3.11` is the subset CI runs on every change.
+Packages are discovered from `packages/*/pyproject.toml`, so a new adapter joins every session
+without an edit here.
 """
 
 from __future__ import annotations
@@ -36,7 +37,9 @@ def _expose_pyenv_versions() -> None:
     """Let `python3.12`-style shims resolve when pyenv holds several versions but selects one."""
     if "PYENV_VERSION" in os.environ or shutil.which("pyenv") is None:
         return
-    bare = subprocess.run(["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False)
+    bare = subprocess.run(
+        ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
+    )
     versions = [v for v in bare.stdout.split() if v[:1].isdigit() and "/" not in v]
     if versions:
         os.environ["PYENV_VERSION"] = ":".join(versions)
@@ -45,12 +48,16 @@ def _expose_pyenv_versions() -> None:
 _expose_pyenv_versions()
 
 
+sys.path.insert(0, str(ROOT / "shared" / "release"))
+from packages import package_dirs  # noqa: E402  (the one list of packages: shared/release)
+
+
 def _packages() -> dict[str, dict[str, object]]:
-    """Distribution name -> its `[tool.lizard-integrations]` table, for every package folder."""
+    """Distribution name -> its `[tool.lizard-integrations]` table (test and demo extras)."""
     found: dict[str, dict[str, object]] = {}
-    for pyproject in sorted(ROOT.glob("packages/*/pyproject.toml")):
-        data = tomllib.loads(pyproject.read_text(encoding="utf-8"))
-        found[data["project"]["name"]] = data.get("tool", {}).get("lizard-integrations", {})
+    for name, folder in package_dirs().items():
+        data = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+        found[name] = data.get("tool", {}).get("lizard-integrations", {})
     return found
 
 
@@ -130,11 +137,7 @@ def workspace(session: nox.Session) -> None:
 @nox.parametrize("package", list(PACKAGES))
 def live(session: nox.Session, package: str) -> None:
     """One package's tests against the Lizard cloud (LIZARD_LIVE_TESTS=1 and credentials)."""
-    missing = [
-        name
-        for name in ("LIZARD_API_KEY", "LIZARD_PROJECT_ID")
-        if not os.environ.get(name)
-    ]
+    missing = [name for name in ("LIZARD_API_KEY", "LIZARD_PROJECT_ID") if not os.environ.get(name)]
     if os.environ.get("LIZARD_LIVE_TESTS") != "1" or missing:
         session.error(
             "Live tests create real sandboxes in your Lizard project. Set LIZARD_LIVE_TESTS=1, "

@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+
 from check_dists import check, sdist_metadata, wheel_metadata
 from packages import ROOT, package_dirs
 
@@ -17,14 +18,18 @@ PACKAGES = package_dirs()
 
 
 def test_the_four_packages_are_discovered() -> None:
-    assert {"lizard-core", "lizard-local", "smolagents-lizard", "pydantic-ai-lizard"} <= set(PACKAGES)
+    assert {"lizard-core", "lizard-local", "smolagents-lizard", "pydantic-ai-lizard"} <= set(
+        PACKAGES
+    )
 
 
 @pytest.mark.parametrize("name", list(PACKAGES))
 def test_package_reads_the_one_version_file(name: str) -> None:
     folder = PACKAGES[name]
     assert (folder / "VERSION").resolve() == (ROOT / "VERSION").resolve()
-    assert (folder / "lockstep.py").resolve() == (ROOT / "shared" / "build" / "lockstep.py").resolve()
+    assert (folder / "lockstep.py").resolve() == (
+        ROOT / "shared" / "build" / "lockstep.py"
+    ).resolve()
     project = tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))["project"]
     assert "version" not in project, "versions are written only in VERSION"
     assert set(project["dynamic"]) == {"version", "dependencies"}

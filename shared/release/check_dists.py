@@ -2,9 +2,10 @@
 
 Usage: ``python shared/release/check_dists.py DIST_DIR [--version X.Y.Z]``
 
-Every package in ``packages/`` must have exactly one sdist and one wheel in DIST_DIR, all at the same
-version (the one given, else the repository's ``VERSION`` file), and every package that depends on a sibling
-must pin it to exactly that version. Each failure names the package; the exit status is non-zero on any.
+Every package in ``packages/`` must have exactly one sdist and one wheel in DIST_DIR, all at the
+same version (the one given, else the repository's ``VERSION`` file), and every package that depends
+on a sibling must pin it to exactly that version. Each failure names the package; the exit status is
+non-zero on any.
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ def wheel_metadata(path: Path) -> email.message.Message:
 def sdist_metadata(path: Path) -> email.message.Message:
     """The PKG-INFO at the top of an sdist."""
     with tarfile.open(path) as sdist:
-        member = next(m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO"))
+        member = next(
+            m for m in sdist.getmembers() if m.name.count("/") == 1 and m.name.endswith("/PKG-INFO")
+        )
         handle = sdist.extractfile(member)
         assert handle is not None
         return email.parser.BytesParser().parsebytes(handle.read())
@@ -45,15 +48,15 @@ def sdist_metadata(path: Path) -> email.message.Message:
 
 def check(dist: Path, version: str) -> list[str]:
     """Return one line per problem found in DIST_DIR."""
-    names = {canonicalize_name(n): n for n in package_names()}
+    names: dict[str, str] = {canonicalize_name(n): n for n in package_names()}
     problems: list[str] = []
     found: dict[str, dict[str, Path]] = {n: {} for n in names}
     for path in sorted(dist.iterdir()):
         if path.name.endswith(".whl"):
-            name, *_ = parse_wheel_filename(path.name)
+            name: str = parse_wheel_filename(path.name)[0]
             kind = "wheel"
         elif path.name.endswith(".tar.gz"):
-            name, _ = parse_sdist_filename(path.name)
+            name = parse_sdist_filename(path.name)[0]
             kind = "sdist"
         else:
             continue
@@ -63,20 +66,20 @@ def check(dist: Path, version: str) -> list[str]:
         if kind in found[name]:
             problems.append(f"{names[name]}: more than one {kind} ({path.name})")
         found[name][kind] = path
-    for name, kinds in found.items():
+    for dist_name, kinds in found.items():
         for kind in ("sdist", "wheel"):
             if kind not in kinds:
-                problems.append(f"{names[name]}: no {kind} in {dist}")
+                problems.append(f"{names[dist_name]}: no {kind} in {dist}")
                 continue
             meta = wheel_metadata(kinds[kind]) if kind == "wheel" else sdist_metadata(kinds[kind])
             if meta["Version"] != version:
-                problems.append(f"{names[name]}: {kind} version {meta['Version']} != {version}")
+                problems.append(f"{names[dist_name]}: {kind} version {meta['Version']} != {version}")
             for raw in meta.get_all("Requires-Dist") or []:
                 req = Requirement(raw)
                 sibling = canonicalize_name(req.name)
                 if sibling in names and not req.marker and str(req.specifier) != f"=={version}":
                     problems.append(
-                        f"{names[name]}: {kind} requires {req} (siblings must be pinned =={version})"
+                        f"{names[dist_name]}: {kind} requires {req} (siblings are pinned =={version})"
                     )
     return problems
 

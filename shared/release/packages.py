@@ -1,7 +1,8 @@
 """The repository's packages, discovered from ``packages/*/pyproject.toml``: the one release list.
 
-``python shared/release/packages.py`` prints their distribution names as a JSON array (the CI and release
-workflows build their matrices from it), so a new package folder joins CI and releases without an edit.
+``python shared/release/packages.py`` prints their distribution names as a JSON array (the CI and
+release workflows build their matrices from it), so a new package folder joins CI and releases
+without an edit.
 """
 
 from __future__ import annotations
