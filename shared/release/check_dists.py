@@ -73,13 +73,15 @@ def check(dist: Path, version: str) -> list[str]:
                 continue
             meta = wheel_metadata(kinds[kind]) if kind == "wheel" else sdist_metadata(kinds[kind])
             if meta["Version"] != version:
-                problems.append(f"{names[dist_name]}: {kind} version {meta['Version']} != {version}")
+                problems.append(
+                    f"{names[dist_name]}: {kind} version {meta['Version']} != {version}"
+                )
             for raw in meta.get_all("Requires-Dist") or []:
                 req = Requirement(raw)
                 sibling = canonicalize_name(req.name)
                 if sibling in names and not req.marker and str(req.specifier) != f"=={version}":
                     problems.append(
-                        f"{names[dist_name]}: {kind} requires {req} (siblings are pinned =={version})"
+                        f"{names[dist_name]}: {kind} requires {req} (pin siblings =={version})"
                     )
     return problems
 
