@@ -164,6 +164,15 @@ def build(session: nox.Session) -> None:
 
 
 @nox.session(python=DEFAULT_PYTHON)
+def release_check(session: nox.Session) -> None:
+    """The release dry run (`-- X.Y.Z`, default VERSION): build once, check, install each package
+    alone and all together from dist/, smoke-test against the built lizard-local. The release
+    workflow runs this on a tag; see shared/release/release_check.py."""
+    session.install("build", "twine", "packaging")
+    session.run("python", "shared/release/release_check.py", *session.posargs)
+
+
+@nox.session(python=DEFAULT_PYTHON)
 def demo(session: nox.Session) -> None:
     """Run every adapter's example: against lizard-local with scripted models, or the cloud when
     LIZARD_API_KEY is set."""

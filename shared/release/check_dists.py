@@ -4,8 +4,9 @@ Usage: ``python shared/release/check_dists.py DIST_DIR [--version X.Y.Z]``
 
 Every package in ``packages/`` must have exactly one sdist and one wheel in DIST_DIR, all at the
 same version (the one given, else the repository's ``VERSION`` file), and every package that depends
-on a sibling must pin it to exactly that version. Each failure names the package; the exit status is
-non-zero on any.
+on a sibling must pin it to exactly that version; every adapter must require lizard-core, and no
+package may require lizard-local. Each failure names the package; the exit status is non-zero on
+any.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name, parse_sdist_filename, parse_wheel_filename
 
-from packages import ROOT, package_dirs
+from packages import CORE, EMULATOR, ROOT, adapters, package_dirs
 
 
 def package_names() -> list[str]:
@@ -49,6 +50,7 @@ def sdist_metadata(path: Path) -> email.message.Message:
 def check(dist: Path, version: str) -> list[str]:
     """Return one line per problem found in DIST_DIR."""
     names: dict[str, str] = {canonicalize_name(n): n for n in package_names()}
+    adapter_names = {canonicalize_name(n) for n in adapters()}
     problems: list[str] = []
     found: dict[str, dict[str, Path]] = {n: {} for n in names}
     for path in sorted(dist.iterdir()):
@@ -76,13 +78,22 @@ def check(dist: Path, version: str) -> list[str]:
                 problems.append(
                     f"{names[dist_name]}: {kind} version {meta['Version']} != {version}"
                 )
+            required: set[str] = set()
             for raw in meta.get_all("Requires-Dist") or []:
                 req = Requirement(raw)
                 sibling = canonicalize_name(req.name)
+                if not req.marker:
+                    required.add(sibling)
                 if sibling in names and not req.marker and str(req.specifier) != f"=={version}":
                     problems.append(
                         f"{names[dist_name]}: {kind} requires {req} (pin siblings =={version})"
                     )
+            # The roles of packages.py: an adapter without the core cannot work, and the emulator
+            # is a test tool that no user of an adapter should have to install.
+            if dist_name in adapter_names and CORE not in required:
+                problems.append(f"{names[dist_name]}: {kind} does not require {CORE}=={version}")
+            if EMULATOR in required:
+                problems.append(f"{names[dist_name]}: {kind} requires {EMULATOR}, a test tool")
     return problems
 
 

@@ -12,6 +12,8 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+CORE = "lizard-core"  # every adapter pins it exactly
+EMULATOR = "lizard-local"  # a development tool: no adapter may require it
 
 
 def package_dirs() -> dict[str, Path]:
@@ -21,6 +23,11 @@ def package_dirs() -> dict[str, Path]:
         name = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["name"]
         found[name] = pyproject.parent
     return found
+
+
+def adapters() -> list[str]:
+    """The framework adapters: every package except the core and the emulator."""
+    return [name for name in package_dirs() if name not in {CORE, EMULATOR}]
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""Run the blocking lizard-sdk from async code without losing a call that was already sent.
+
+Contract:
+
+- :func:`run_blocking` runs ``fn(*args, **kwargs)`` in a worker thread (anyio's thread pool,
+  with the caller's context variables) and returns its result or raises its exception.
+- Cancellation never abandons the thread. If the awaiting task is cancelled after the call
+  started, the task keeps waiting until the call has finished (its result or error is
+  discarded; callers that must not lose it store it from inside ``fn``) and only then lets the
+  cancellation propagate. Repeated cancellations while waiting do not cut the wait short.
+  This is what keeps a sandbox created during a cancelled ``await`` from leaking.
+- Works under asyncio (native ``Task.cancel()`` and anyio cancel scopes alike) and under trio
+  (through anyio). Any other event loop, or no running loop, raises :class:`RuntimeError` at
+  once with a message that says so.
+- :func:`wait_done` awaits a :class:`concurrent.futures.Future` that another thread completes,
+  without holding a worker thread, and leaves reading the result to the caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import importlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio.lowlevel
+import anyio.to_thread
+
+__all__ = ["run_blocking", "wait_done"]
+
+T = TypeVar("T")
+
+
+def _current_library() -> str | None:
+    # sniffio comes with trio (and optionally with anyio); without it only asyncio can be running.
+    try:
+        sniffio = importlib.import_module("sniffio")
+    except ImportError:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return None
+        return "asyncio"
+    try:
+        return str(sniffio.current_async_library())
+    except sniffio.AsyncLibraryNotFoundError:
+        return None
+
+
+def _async_library() -> str:
+    library = _current_library()
+    if library is None:
+        raise RuntimeError(
+            "lizard_core's async API must be awaited inside a running asyncio or trio event loop"
+        )
+    if library not in ("asyncio", "trio"):
+        raise RuntimeError(
+            f"lizard_core's async API supports asyncio and trio, not {library!r}; "
+            "use the synchronous API from a worker thread instead"
+        )
+    return library
+
+
+async def run_blocking(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run the blocking ``fn(*args, **kwargs)`` in a worker thread and await its result.
+
+    A cancellation that arrives while ``fn`` runs waits for ``fn`` to return, then propagates.
+    """
+    call = functools.partial(fn, *args, **kwargs)
+    if _async_library() == "trio":
+        # trio's to_thread with abandon_on_cancel=False is uncancellable until the thread ends;
+        # the checkpoint afterwards delivers a cancellation that arrived meanwhile.
+        result = await anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+        await anyio.lowlevel.checkpoint_if_cancelled()
+        return result
+    return await _run_under_asyncio(call)
+
+
+async def _run_under_asyncio(call: Callable[[], T]) -> T:
+    # anyio shields the thread only from anyio cancel scopes; a native Task.cancel() would
+    # abandon it. Running it as its own task and shielding that task covers both.
+    task: asyncio.Task[T] = asyncio.ensure_future(
+        anyio.to_thread.run_sync(call, abandon_on_cancel=False)
+    )
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        if not task.done():
+            await _wait_uncancellable(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller's cancellation wins over fn's outcome
+        raise
+
+
+async def _wait_uncancellable(task: asyncio.Future[Any]) -> None:
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            # Still cancelled, still waiting: the started call must end before we leave. The
+            # first CancelledError is re-raised by the caller once the call is over.
+            continue
+        except BaseException:  # the outcome is read (and dropped) by the caller
+            return
+
+
+async def wait_done(future: concurrent.futures.Future[Any]) -> None:
+    """Wait until ``future`` is done (result, exception or cancelled); do not read it.
+
+    Holds no worker thread. Cancelling the waiter does not affect ``future``.
+    """
+    if future.done():
+        await anyio.lowlevel.checkpoint()
+        return
+    if _async_library() == "trio":
+        await _wait_done_trio(future)
+    else:
+        await _wait_done_asyncio(future)
+
+
+async def _wait_done_asyncio(future: concurrent.futures.Future[Any]) -> None:
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    def on_done(_: concurrent.futures.Future[Any]) -> None:
+        # RuntimeError: the loop closed while its task was waiting, so there is nobody to wake.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(wake, None)
+
+    future.add_done_callback(on_done)
+    await waiter
+
+
+async def _wait_done_trio(future: concurrent.futures.Future[Any]) -> None:
+    trio = importlib.import_module("trio")  # only reached while trio is running
+    token = trio.lowlevel.current_trio_token()
+    event = trio.Event()
+
+    def on_done(_: concurrent.futures.Future[Any]) -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(event.set)
+
+    future.add_done_callback(on_done)
+    await event.wait()

@@ -1,0 +1,370 @@
+"""One exception hierarchy for every Lizard integration, and the one place that builds it.
+
+Contract:
+
+- Everything lizard_core raises about the sandbox or the API is a
+  :class:`LizardIntegrationError`. The subclasses are the kinds a caller acts on:
+
+  ========================  ==================================================================
+  :class:`SandboxGoneError`  the sandbox no longer exists (404, expired, killed); never
+                             replaced silently
+  :class:`CredentialsError`  the API key was rejected (401, 403); carries no provider text
+  :class:`QuotaError`        payment required (402) or a limit reached (429); ``retry_after``
+                             and ``url`` say when to retry and which page to open
+  :class:`TransientError`    5xx, 408/504, timeouts and dropped connections; may succeed later
+  :class:`CommandTimeoutError`  a command outlived its timeout; partial output attached
+  :class:`OutputLimitError`  a command's output passed its limit; partial output attached
+  :class:`GuestProtocolError`  the guest program's framed answer was missing or malformed
+  ========================  ==================================================================
+
+  Other API failures (400, 409, 501, SDK-side checks such as an unknown project) are the base
+  class itself, with ``status_code`` and ``code`` when the API sent them.
+- :func:`translate` maps every lizard-sdk exception class and every httpx error to one of
+  these; :func:`translated` is the context manager that does it around a block of SDK calls and
+  re-raises with ``raise ... from exc``. For credentials errors the chain is cut
+  (``from None``) so that no provider text reaches a traceback.
+- No message contains an API key: every text taken from the SDK passes through
+  :func:`lizard_core._redact.redact`, which also scrubs the chained SDK exception in place.
+- A 404 means "sandbox gone" here. An operation whose own target can be missing (reading a
+  file) must catch ``lizard.NotFoundError`` before translating.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Final
+
+import httpx
+import lizard
+
+from lizard_core._redact import redact
+
+__all__ = [
+    "CommandTimeoutError",
+    "CredentialsError",
+    "GuestProtocolError",
+    "LizardIntegrationError",
+    "OutputLimitError",
+    "QuotaError",
+    "SandboxGoneError",
+    "TransientError",
+    "translate",
+    "translated",
+]
+
+_MAX_DETAIL: Final = 500
+_CODE: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+class LizardIntegrationError(Exception):
+    """Base class of every error lizard_core raises about a sandbox or the Lizard API.
+
+    ``status_code`` is the HTTP status when the failure came from the API, and ``code`` the
+    platform's machine-readable error code when it sent one (branch on it, not on the text).
+    """
+
+    def __init__(
+        self, message: str, *, status_code: int | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+
+
+class SandboxGoneError(LizardIntegrationError):
+    """The sandbox no longer exists: killed, expired, or never existed under that id.
+
+    Never answered by creating a replacement; ``sandbox_id`` names the sandbox when known.
+    """
+
+    def __init__(
+        self,
+        message: str = "The sandbox no longer exists (killed or expired).",
+        *,
+        sandbox_id: str | None = None,
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, code=code)
+        self.sandbox_id = sandbox_id
+
+
+class CredentialsError(LizardIntegrationError):
+    """Lizard rejected the API key (401) or refused it this action (403).
+
+    The provider's text is never included (it could echo the key); ``code`` carries the
+    platform's error code, e.g. ``TRIAL_SANDBOX_SIZE``, when there is one.
+    """
+
+
+class QuotaError(LizardIntegrationError):
+    """Payment is required (402) or an account limit was reached (429).
+
+    ``retry_after`` is the number of seconds after which a retry may succeed (429 rate limits),
+    ``url`` the page to open to pay or raise the limit (402); either may be None.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        url: str | None = None,
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, code=code)
+        self.retry_after = retry_after
+        self.url = url
+
+
+class TransientError(LizardIntegrationError):
+    """A failure that may pass: 5xx, 408/504, a timeout or a dropped connection.
+
+    Idempotent calls are retried on it with backoff; a create never is, because the sandbox may
+    have been made before the failure. ``retry_after`` is set when the server said when to
+    retry.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retry_after: float | None = None,
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, code=code)
+        self.retry_after = retry_after
+
+
+class _PartialOutputError(LizardIntegrationError):
+    """A command error that keeps the output produced before it stopped."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+        status_code: int | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(message, status_code=status_code, code=code)
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+class CommandTimeoutError(_PartialOutputError):
+    """A command outlived its timeout and was stopped.
+
+    ``stdout`` and ``stderr`` hold the exact bytes produced before it stopped; ``timeout`` is
+    the limit in seconds when known.
+    """
+
+    def __init__(
+        self,
+        message: str = "The command timed out.",
+        *,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+        timeout: float | None = None,
+    ) -> None:
+        super().__init__(message, stdout=stdout, stderr=stderr)
+        self.timeout = timeout
+
+
+class OutputLimitError(_PartialOutputError):
+    """A command's output passed its limit; the result is incomplete and never a success.
+
+    ``stdout`` and ``stderr`` hold the bytes kept up to the limit; ``limit`` is the limit in
+    bytes when known.
+    """
+
+    def __init__(
+        self,
+        message: str = "The command's output exceeded its limit.",
+        *,
+        stdout: bytes = b"",
+        stderr: bytes = b"",
+        limit: int | None = None,
+    ) -> None:
+        super().__init__(message, stdout=stdout, stderr=stderr)
+        self.limit = limit
+
+
+class GuestProtocolError(LizardIntegrationError):
+    """The guest program's answer was missing, cut short or malformed.
+
+    Raised instead of returning a result that cannot be proven complete.
+    """
+
+
+def _detail(text: str) -> str:
+    text = redact(text).strip()
+    if len(text) > _MAX_DETAIL:
+        text = text[:_MAX_DETAIL] + "…"
+    return text
+
+
+def _safe_code(code: object) -> str | None:
+    # Codes are identifiers like TRIAL_SANDBOX_SIZE; anything else is free text and dropped.
+    if isinstance(code, str) and _CODE.fullmatch(code):
+        return redact(code) if redact(code) == code else None
+    return None
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool) and value >= 0:
+        return float(value)
+    return None
+
+
+def _from_status(
+    status: int, message: str, *, code: str | None, sandbox_id: str | None
+) -> LizardIntegrationError:
+    """Map an HTTP status with an already redacted message."""
+    if status in (401, 403):
+        return _credentials(status, code)
+    if status == 404:
+        return SandboxGoneError(
+            f"The sandbox {sandbox_id} no longer exists (killed or expired)."
+            if sandbox_id
+            else "The sandbox no longer exists (killed or expired).",
+            sandbox_id=sandbox_id,
+            status_code=status,
+            code=code,
+        )
+    if status == 402:
+        return QuotaError(f"Payment required: {message}", status_code=status, code=code)
+    if status == 429:
+        return QuotaError(f"Limit reached: {message}", status_code=status, code=code)
+    if status in (408, 504) or (status >= 500 and status != 501):
+        return TransientError(
+            f"Lizard API error {status} (may be temporary): {message}",
+            status_code=status,
+            code=code,
+        )
+    return LizardIntegrationError(
+        f"Lizard API error {status}: {message}", status_code=status, code=code
+    )
+
+
+def _credentials(status: int | None, code: str | None) -> CredentialsError:
+    if status == 403:
+        text = "Lizard refused this action for the API key (HTTP 403)"
+    else:
+        text = "Lizard rejected the API key (HTTP 401); check LIZARD_API_KEY"
+    if code:
+        text += f"; code {code}"
+    return CredentialsError(text + ".", status_code=status, code=code)
+
+
+def _translate_sdk(exc: lizard.LizardError, sandbox_id: str | None) -> LizardIntegrationError:
+    status = exc.status_code
+    code = _safe_code(exc.code)
+    if isinstance(exc, lizard.AuthenticationError):
+        return _credentials(status if status in (401, 403) else 401, code)
+    message = _detail(str(exc))
+    if isinstance(exc, lizard.PaymentRequiredError):
+        return QuotaError(
+            f"Payment required: {_detail(exc.message)}",
+            url=exc.url,
+            status_code=status if status is not None else 402,
+            code=code,
+        )
+    if isinstance(exc, lizard.LimitExceededError):
+        return QuotaError(
+            f"Limit reached: {_detail(exc.message)}",
+            retry_after=_seconds(exc.retry_after_s),
+            status_code=status if status is not None else 429,
+            code=code,
+        )
+    if isinstance(exc, lizard.NotFoundError):
+        return _from_status(404, message, code=code, sandbox_id=sandbox_id)
+    if isinstance(exc, lizard.TimeoutError):
+        return TransientError(
+            f"Lizard timed out (may be temporary): {message}",
+            status_code=status,
+            code=code,
+        )
+    if isinstance(exc, lizard.ConflictError):
+        return LizardIntegrationError(
+            f"Conflict: {message}", status_code=status if status is not None else 409, code=code
+        )
+    if status is not None:
+        return _from_status(status, message, code=code, sandbox_id=sandbox_id)
+    # Raised by the SDK itself (unknown project, unsupported option, runner failure).
+    return LizardIntegrationError(message or type(exc).__name__, code=code)
+
+
+def _translate_httpx(exc: httpx.HTTPError | httpx.InvalidURL) -> LizardIntegrationError:
+    name = type(exc).__name__
+    if isinstance(exc, httpx.HTTPStatusError):
+        status = exc.response.status_code
+        return _from_status(status, f"{name}", code=None, sandbox_id=None)
+    if isinstance(exc, httpx.UnsupportedProtocol | httpx.LocalProtocolError | httpx.InvalidURL):
+        # Our own request was malformed: retrying cannot help.
+        return LizardIntegrationError(f"Invalid request to the Lizard API ({name}).")
+    if isinstance(exc, httpx.TimeoutException):
+        return TransientError(f"The Lizard API did not answer in time ({name}).")
+    if isinstance(exc, httpx.TransportError):
+        return TransientError(f"Could not reach the Lizard API ({name}): {_detail(str(exc))}")
+    # DecodingError, TooManyRedirects, stream misuse: a bad answer, not a passing failure.
+    return LizardIntegrationError(f"Unexpected answer from the Lizard API ({name}).")
+
+
+def translate(exc: BaseException, *, sandbox_id: str | None = None) -> LizardIntegrationError:
+    """Return the :class:`LizardIntegrationError` for ``exc``.
+
+    Accepts any lizard-sdk exception and any httpx error; a :class:`LizardIntegrationError` is
+    returned as is. Anything else becomes a base :class:`LizardIntegrationError` naming its
+    type. ``sandbox_id`` names the sandbox in :class:`SandboxGoneError` messages. The result's
+    message never contains an API key.
+    """
+    if isinstance(exc, LizardIntegrationError):
+        return exc
+    if isinstance(exc, lizard.LizardError):
+        return _translate_sdk(exc, sandbox_id)
+    if isinstance(exc, httpx.HTTPError | httpx.InvalidURL):
+        return _translate_httpx(exc)
+    return LizardIntegrationError(f"Unexpected error from the Lizard SDK ({type(exc).__name__}).")
+
+
+_TRANSLATED_TYPES: Final = (lizard.LizardError, httpx.HTTPError, httpx.InvalidURL)
+
+
+def _scrub_in_place(exc: BaseException) -> None:
+    """Redact keys from an SDK exception that stays chained as ``__cause__``."""
+    exc.args = tuple(redact(a) if isinstance(a, str) else a for a in exc.args)
+    message = getattr(exc, "message", None)
+    if isinstance(message, str):
+        exc.message = redact(message)  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def translated(
+    *,
+    sandbox_id: str | None = None,
+    passthrough: tuple[type[BaseException], ...] = (),
+) -> Iterator[None]:
+    """Translate lizard-sdk and httpx exceptions raised in the block.
+
+    Re-raises ``translate(exc) from exc`` (``from None`` for credentials errors, so that no
+    provider text is chained). Exceptions that are instances of ``passthrough`` (for example
+    ``lizard.NotFoundError`` around a file read, where 404 means "no such file") and all other
+    exceptions, including :class:`LizardIntegrationError`, propagate untouched.
+    """
+    try:
+        yield
+    except _TRANSLATED_TYPES as exc:
+        if passthrough and isinstance(exc, passthrough):
+            raise
+        error = translate(exc, sandbox_id=sandbox_id)
+        if isinstance(error, CredentialsError):
+            raise error from None
+        _scrub_in_place(exc)
+        raise error from exc

@@ -1,0 +1,529 @@
+"""A handle on one Lizard sandbox, with a synchronous and an asynchronous face.
+
+Contract (every rule is proven against lizard-local in ``tests/test_session.py``):
+
+- **No I/O until first use.** Constructing a :class:`Session`, entering it as a context
+  manager, reading :attr:`Session.sandbox_id` or ``repr`` make no request.
+- **Exactly one sandbox.** The first :meth:`Session.sandbox` or :meth:`Session.asandbox`
+  creates the sandbox (or attaches to ``sandbox_id``), once, however many threads and tasks ask
+  at the same moment; the others wait for that one acquisition and share its result or its
+  error. A failed acquisition is not retried behind the caller's back; the next use tries
+  again.
+- **The id is never lost.** The create runs in a worker thread that records the sandbox on the
+  session itself as soon as ``Sandbox.create`` returns. An ``await`` cancelled meanwhile waits
+  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and the
+  recorded sandbox is destroyed by :meth:`Session.destroy` like any other.
+- **Attach never replaces.** With ``sandbox_id``, first use calls ``Sandbox.connect`` (one
+  ``GET``); a killed or expired sandbox raises :class:`~lizard_core.errors.SandboxGoneError`
+  (then and on every later use, without further requests) and nothing is created.
+- **Destroy is idempotent and retryable.** :meth:`Session.destroy` waits for an acquisition in
+  flight, then kills the sandbox; a 404 counts as done; a second call does nothing. If the kill
+  fails, the error is raised and the session keeps the id, so ``destroy()`` can be called
+  again. After ``destroy()`` (or :meth:`Session.close`) the session refuses further use with
+  :class:`~lizard_core.errors.SandboxGoneError`.
+- **Context managers.** ``with Session(...)`` / ``async with Session(...)`` make no request on
+  entry. On exit, by default (``destroy_on_exit=None``) the session destroys the sandbox only
+  if it created it; a sandbox it attached to keeps running. ``destroy_on_exit=True`` destroys
+  either; ``False`` destroys neither (the sandbox lives until its lifetime ends). A failure to
+  destroy on exit is raised, or, when the block itself raised, attached to that exception as a
+  note and logged.
+- **Keep-alive** (off by default). With ``keep_alive=True`` a use of the session that comes
+  more than half a lifetime after the deadline was last set calls ``set_timeout(lifetime_ms)``
+  first, so a sandbox in use does not expire and an idle one still does. That is at most one
+  extra request per half lifetime, never one per operation. Keep-alive is best effort: its
+  failures are logged and retried on a later use, never raised.
+- **Errors and retries.** Every SDK call made here, and every call passed to
+  :meth:`Session.call` / :meth:`Session.acall`, raises only
+  :class:`~lizard_core.errors.LizardIntegrationError` kinds (see :mod:`lizard_core.errors`).
+  Calls declared idempotent (connect, kill, set_timeout, reads) are retried on transient
+  failures with backoff, honouring ``retry_after``; a create is never retried, because it may
+  have succeeded before the failure (a 429 on create surfaces as
+  :class:`~lizard_core.errors.QuotaError` with ``retry_after``).
+- **Credentials.** The API key goes only to the SDK, as an argument; never into the sandbox's
+  environment, argv, files, logs or error text.
+
+Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
+``GET /api/projects`` that resolves the project reference); no read-back follows the create.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import functools
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Final, TypeVar
+
+import anyio
+from lizard import Sandbox
+
+from lizard_core._bridge import run_blocking, wait_done
+from lizard_core._retry import RetryPolicy
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError, translated
+
+__all__ = ["RetryPolicy", "Session"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
+
+_SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+# After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later.
+_KEEP_ALIVE_RETRY_S: Final = 15.0
+
+
+class Session:
+    """A lazily created (or attached) Lizard sandbox shared by threads and tasks.
+
+    ``sandbox_id`` attaches to an existing sandbox instead of creating one. ``keep_alive``
+    extends the sandbox's lifetime while the session is used. ``destroy_on_exit`` chooses what
+    leaving a ``with`` block does (None: destroy only a sandbox this session created).
+    ``retry`` sets the retry policy for idempotent calls. See the module docstring for the
+    guarantees.
+    """
+
+    def __init__(
+        self,
+        config: SandboxConfig,
+        *,
+        sandbox_id: str | None = None,
+        keep_alive: bool = False,
+        destroy_on_exit: bool | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if not isinstance(config, SandboxConfig):
+            raise TypeError(f"config must be a SandboxConfig, not {type(config).__name__}")
+        if sandbox_id is not None:
+            if not isinstance(sandbox_id, str):
+                raise TypeError(f"sandbox_id must be a str, not {type(sandbox_id).__name__}")
+            if not _SANDBOX_ID.fullmatch(sandbox_id):
+                # The SDK puts the id into the URL path unescaped; refuse anything path-like.
+                raise ValueError(f"sandbox_id {sandbox_id!r} is not a sandbox id")
+        if type(keep_alive) is not bool:
+            raise TypeError("keep_alive must be a bool")
+        if destroy_on_exit is not None and type(destroy_on_exit) is not bool:
+            raise TypeError("destroy_on_exit must be a bool or None")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise TypeError("retry must be a RetryPolicy or None")
+
+        self._config = config
+        self._keep_alive = keep_alive
+        self._destroy_on_exit = destroy_on_exit
+        self._retry = retry or RetryPolicy()
+
+        self._lock = threading.Lock()  # guards the fields below; never held during I/O
+        self._destroy_lock = threading.Lock()  # serialises destroy() calls
+        self._sandbox_id = sandbox_id
+        self._sandbox: Any = None  # lizard.Sandbox once acquired
+        self._acquiring: concurrent.futures.Future[Any] | None = None
+        self._created = False
+        self._gone = False
+        self._closed = False
+        self._destroyed = False
+        # monotonic time at which keep-alive should next extend the lifetime
+        self._extend_due: float | None = None
+
+    # ── public state ─────────────────────────────────────────────────────
+
+    @property
+    def config(self) -> SandboxConfig:
+        """The configuration the sandbox is (or will be) created with."""
+        return self._config
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox's id: the attached id, or the created one as soon as create returned."""
+        with self._lock:
+            return self._sandbox_id
+
+    @property
+    def created(self) -> bool:
+        """True when this session created its sandbox (rather than attaching to it)."""
+        with self._lock:
+            return self._created
+
+    @property
+    def destroyed(self) -> bool:
+        """True once :meth:`destroy` has finished (the sandbox is gone or never existed)."""
+        with self._lock:
+            return self._destroyed
+
+    @property
+    def keep_alive(self) -> bool:
+        """Whether use of the session extends the sandbox's lifetime."""
+        return self._keep_alive
+
+    def api_kwargs(self) -> dict[str, str]:
+        """``api_key`` and ``api_url`` for lizard-sdk calls; never log the result."""
+        return self._config.api_kwargs()
+
+    def __repr__(self) -> str:
+        with self._lock:
+            state = (
+                "destroyed"
+                if self._destroyed
+                else "closed"
+                if self._closed
+                else "gone"
+                if self._gone
+                else "ready"
+                if self._sandbox is not None
+                else "lazy"
+            )
+            return (
+                f"Session(sandbox_id={self._sandbox_id!r}, state={state}, "
+                f"created={self._created}, keep_alive={self._keep_alive})"
+            )
+
+    # ── acquisition ──────────────────────────────────────────────────────
+
+    def sandbox(self) -> Any:
+        """Return the ``lizard.Sandbox``, creating or attaching on first use (blocking).
+
+        Safe to call from many threads at once: one acquisition, shared by all.
+        """
+        while True:
+            sandbox, future, owner = self._claim()
+            if sandbox is not None:
+                break
+            assert future is not None
+            if owner:
+                try:
+                    sandbox = self._acquire(future)
+                finally:
+                    self._release_unstarted(future)
+                break
+            try:
+                sandbox = future.result()
+                break
+            except concurrent.futures.CancelledError:
+                continue  # its owner gave up before starting: claim it again
+        self._maybe_extend(sandbox)
+        return sandbox
+
+    async def asandbox(self) -> Any:
+        """Return the ``lizard.Sandbox``, creating or attaching on first use (async).
+
+        Safe from many tasks at once. The create runs in a worker thread that records the
+        sandbox itself; a cancelled caller waits for it to finish, then is cancelled.
+        """
+        while True:
+            sandbox, future, owner = self._claim()
+            if sandbox is not None:
+                break
+            assert future is not None
+            if owner:
+                try:
+                    sandbox = await run_blocking(self._acquire, future)
+                finally:
+                    # Under trio a caller cancelled before the thread started never runs
+                    # _acquire; hand the claim back so that waiters are not stranded.
+                    self._release_unstarted(future)
+                break
+            await wait_done(future)
+            if future.cancelled():
+                continue
+            sandbox = future.result()
+            break
+        await self._amaybe_extend(sandbox)
+        return sandbox
+
+    def _check_usable(self) -> None:
+        if self._destroyed or self._closed:
+            raise SandboxGoneError(
+                "This session was destroyed or closed; start a new Session.",
+                sandbox_id=self._sandbox_id,
+            )
+        if self._gone:
+            raise SandboxGoneError(
+                f"The sandbox {self._sandbox_id} no longer exists (killed or expired).",
+                sandbox_id=self._sandbox_id,
+            )
+
+    def _claim(self) -> tuple[Any, concurrent.futures.Future[Any] | None, bool]:
+        """Return (sandbox, None, False), or the acquisition future and whether we own it."""
+        with self._lock:
+            self._check_usable()
+            if self._sandbox is not None:
+                return self._sandbox, None, False
+            if self._acquiring is None:
+                self._acquiring = concurrent.futures.Future()
+                return None, self._acquiring, True
+            return None, self._acquiring, False
+
+    def _release_unstarted(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            # cancel() succeeds only on a future _acquire never started.
+            if self._acquiring is future and future.cancel():
+                self._acquiring = None
+
+    def _acquire(self, future: concurrent.futures.Future[Any]) -> Any:
+        """Create or attach, record the sandbox, and complete ``future``. Runs in one thread."""
+        if not future.set_running_or_notify_cancel():
+            raise concurrent.futures.CancelledError
+        try:
+            sandbox = self._open()
+        except BaseException as exc:
+            with self._lock:
+                self._acquiring = None
+            future.set_exception(exc)
+            raise
+        with self._lock:
+            self._acquiring = None
+        future.set_result(sandbox)
+        return sandbox
+
+    def _open(self) -> Any:
+        with self._lock:
+            attach_id = self._sandbox_id
+        if attach_id is not None:
+            try:
+                sandbox = self._call_with_retries(
+                    functools.partial(Sandbox.connect, attach_id, **self.api_kwargs()),
+                    idempotent=True,
+                )
+            except SandboxGoneError:
+                with self._lock:
+                    self._gone = True
+                raise
+            with self._lock:
+                self._sandbox = sandbox
+                # The deadline of a sandbox we did not create is unknown: extend at first use.
+                self._extend_due = time.monotonic() if self._keep_alive else None
+            _log.debug("attached to sandbox %s", attach_id)
+            return sandbox
+
+        started = time.monotonic()
+        # Never retried: a create that failed in transit may have made a sandbox whose id we
+        # would never learn; a second create would make another.
+        with translated():
+            sandbox = Sandbox.create(**self._config.create_kwargs())
+        with self._lock:
+            # Recorded here, in the worker thread, before anyone can cancel the result away.
+            self._sandbox = sandbox
+            self._sandbox_id = sandbox.sandbox_id
+            self._created = True
+            if self._keep_alive:
+                self._extend_due = started + self._config.lifetime_ms / 2000
+        _log.debug("created sandbox %s", sandbox.sandbox_id)
+        return sandbox
+
+    # ── calls ────────────────────────────────────────────────────────────
+
+    def call(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        idempotent: bool = False,
+        passthrough: tuple[type[BaseException], ...] = (),
+        **kwargs: Any,
+    ) -> T:
+        """Run the SDK call ``fn(*args, **kwargs)`` with error translation (blocking).
+
+        ``idempotent=True`` allows retries on transient failures (see
+        :class:`~lizard_core._retry.RetryPolicy`); leave it False for anything that must not
+        run twice. Exceptions of the ``passthrough`` types (e.g. ``lizard.NotFoundError`` for
+        a file read) propagate untranslated. Counts as use for keep-alive.
+        """
+        with self._lock:
+            sandbox = self._sandbox
+        if sandbox is not None:
+            self._maybe_extend(sandbox)
+        return self._call_with_retries(
+            fn, *args, idempotent=idempotent, passthrough=passthrough, **kwargs
+        )
+
+    async def acall(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        idempotent: bool = False,
+        passthrough: tuple[type[BaseException], ...] = (),
+        **kwargs: Any,
+    ) -> T:
+        """Async :meth:`call`: each attempt runs in a worker thread via the bridge."""
+        with self._lock:
+            sandbox = self._sandbox
+        if sandbox is not None:
+            await self._amaybe_extend(sandbox)
+        retry = 1
+        while True:
+            try:
+                with translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                    return await run_blocking(fn, *args, **kwargs)
+            except LizardIntegrationError as error:
+                delay = self._retry.delay(error, retry) if idempotent else None
+                if delay is None:
+                    raise
+                _log.debug("retrying %s in %.2fs after %s", _name(fn), delay, type(error).__name__)
+            await anyio.sleep(delay)
+            retry += 1
+
+    def _call_with_retries(
+        self,
+        fn: Callable[..., T],
+        /,
+        *args: Any,
+        idempotent: bool,
+        passthrough: tuple[type[BaseException], ...] = (),
+        **kwargs: Any,
+    ) -> T:
+        retry = 1
+        while True:
+            try:
+                with translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                    return fn(*args, **kwargs)
+            except LizardIntegrationError as error:
+                delay = self._retry.delay(error, retry) if idempotent else None
+                if delay is None:
+                    raise
+                _log.debug("retrying %s in %.2fs after %s", _name(fn), delay, type(error).__name__)
+            time.sleep(delay)
+            retry += 1
+
+    # ── keep-alive ───────────────────────────────────────────────────────
+
+    def _extension_due(self) -> bool:
+        """Claim the next extension if it is due (so that only one caller sends it)."""
+        if not self._keep_alive:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self._extend_due is None or now < self._extend_due or self._closed:
+                return False
+            self._extend_due = now + _KEEP_ALIVE_RETRY_S  # until this attempt succeeds
+            return True
+
+    def _extended(self, started: float, error: LizardIntegrationError | None) -> None:
+        if error is not None:
+            _log.warning("keep-alive for sandbox %s failed: %s", self._sandbox_id, error)
+            return
+        with self._lock:
+            self._extend_due = started + self._config.lifetime_ms / 2000
+
+    def _maybe_extend(self, sandbox: Any) -> None:
+        if not self._extension_due():
+            return
+        started = time.monotonic()
+        try:
+            self._call_with_retries(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
+        except LizardIntegrationError as error:
+            self._extended(started, error)
+        else:
+            self._extended(started, None)
+
+    async def _amaybe_extend(self, sandbox: Any) -> None:
+        if not self._extension_due():
+            return
+        started = time.monotonic()
+        try:
+            await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
+        except LizardIntegrationError as error:
+            self._extended(started, error)
+        else:
+            self._extended(started, None)
+
+    # ── teardown ─────────────────────────────────────────────────────────
+
+    def destroy(self) -> None:
+        """Kill the sandbox (blocking); idempotent, and retryable after a failure.
+
+        Waits for an acquisition in flight first, so a sandbox being created is not missed.
+        A sandbox that is already gone (404) counts as destroyed. On failure the error is
+        raised and the id kept, so that ``destroy()`` can be called again.
+        """
+        self._teardown(kill=True)
+
+    async def adestroy(self) -> None:
+        """Async :meth:`destroy`; a cancellation waits for a kill already sent."""
+        await run_blocking(self._teardown, kill=True)
+
+    def close(self) -> None:
+        """Stop using the session without killing the sandbox (no request is made).
+
+        The sandbox keeps running until its lifetime ends; :attr:`sandbox_id` stays readable so
+        that another session can attach to it. Use :meth:`destroy` to kill it.
+        """
+        self._teardown(kill=False)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await run_blocking(self._teardown, kill=False)
+
+    def _teardown(self, *, kill: bool) -> None:
+        with self._destroy_lock:
+            with self._lock:
+                if self._destroyed:
+                    return
+                # From here on no new acquisition can start.
+                self._closed = True
+                in_flight = self._acquiring
+            if in_flight is not None:
+                concurrent.futures.wait([in_flight])
+            with self._lock:
+                sandbox, sandbox_id = self._sandbox, self._sandbox_id
+                known_gone = self._gone
+            if kill and sandbox_id is not None and not known_gone:
+                handle = (
+                    sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
+                )
+                # kill() answers False for a sandbox that is already gone: that counts as done.
+                self._call_with_retries(handle.kill, idempotent=True)
+                _log.debug("destroyed sandbox %s", sandbox_id)
+            if sandbox is not None:
+                sandbox.close()  # releases the SDK's connection pool, if it made one
+            with self._lock:
+                self._destroyed = kill
+                self._sandbox = None
+
+    def _exit_should_kill(self) -> bool:
+        if self._destroy_on_exit is not None:
+            return self._destroy_on_exit
+        with self._lock:
+            in_flight = self._acquiring
+        if in_flight is not None:
+            concurrent.futures.wait([in_flight])  # a create in flight decides what we own
+        with self._lock:
+            return self._created
+
+    def _exit(self, exc: BaseException | None) -> None:
+        try:
+            self._teardown(kill=self._exit_should_kill())
+        except Exception as error:
+            if exc is None:
+                raise
+            _log.warning("could not destroy sandbox %s on exit: %s", self._sandbox_id, error)
+            exc.add_note(f"lizard_core: destroying sandbox {self._sandbox_id} failed: {error}")
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._exit(exc)
+
+    async def __aenter__(self) -> Session:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await run_blocking(self._exit, exc)
+
+
+def _name(fn: Callable[..., Any]) -> str:
+    return getattr(fn, "__qualname__", None) or type(fn).__name__
