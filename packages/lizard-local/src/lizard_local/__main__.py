@@ -1,0 +1,7 @@
+"""``python -m lizard_local`` is the ``lizard-local`` command."""
+
+import sys
+
+from lizard_local.cli import main
+
+sys.exit(main())

@@ -1,0 +1,471 @@
+"""The per-sandbox agent: one long-lived process that starts and tracks every process of a sandbox.
+
+The server starts one agent per sandbox (``python -I -S agent.py FD``) and talks to it over an
+``AF_UNIX``/``SOCK_SEQPACKET`` socket passed as file descriptor ``FD``; the first datagram is the
+agent's configuration. The agent is standard
+library only and never imports the rest of the package.
+
+Contract:
+
+- In namespace mode the agent is PID 1 of a fresh PID namespace (started by ``unshare --pid
+  --mount --fork --kill-child``). It builds a private root (the host's directories bound in, with
+  private ``/tmp``, ``/root``, ``/home/user`` and ``/workspace``), pivots into it, mounts a fresh
+  ``/proc`` and, without internet, brings up ``lo`` in its empty network namespace. When PID 1
+  exits the kernel kills every process of the namespace, so a sandbox can never leak processes.
+- In host mode the agent is a child subreaper: orphans (``start_new_session`` kernels, daemons)
+  are re-parented to it, so "every process of the sandbox" is "every descendant of the agent".
+  Every process also carries ``LIZARD_EMU_SANDBOX=<id>`` in its environment as a second net.
+- Requests are JSON datagrams ``{"id", "op", ...}``; a request too big for one datagram travels
+  in a memfd passed with ``SCM_RIGHTS``. Replies carry the same ``id``. ``exec`` answers with the
+  pid and passes the read ends of the stdout and stderr pipes, so output never goes through the
+  agent. Exits are reported as ``{"event": "exit", "pid", "code"}`` (128 + signal on a signal).
+- End of file on the socket (the server went away) or ``shutdown`` kills every process of the
+  sandbox and exits.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import ctypes
+import json
+import os
+import selectors
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import Any
+
+MAX_DATAGRAM = 65536
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_MOVE = 8192
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+PR_SET_CHILD_SUBREAPER = 36
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+PRIVATE_DIRS = ("/tmp", "/root", "/home/user", "/workspace")
+
+_libc: Any = None
+
+
+def libc() -> Any:
+    """The C library, loaded once (for mount, pivot_root and prctl)."""
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc
+
+
+def check(rc: int, what: str) -> None:
+    """Raise OSError with errno when a libc call failed."""
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def mount(src: str, dst: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    """The mount system call; OSError on failure."""
+    check(
+        libc().mount(
+            src.encode(),
+            dst.encode(),
+            fstype.encode() if fstype else None,
+            ctypes.c_ulong(flags),
+            data.encode() if data else None,
+        ),
+        f"mount {src} on {dst}",
+    )
+
+
+def bind(src: str, dst: str, readonly: bool = False) -> None:
+    """Bind ``src`` (recursively) onto ``dst``, optionally read-only."""
+    mount(src, dst, None, MS_BIND | MS_REC)
+    if readonly:
+        mount("none", dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+
+
+def make_mountpoint(src: str, dst: str) -> bool:
+    """Create ``dst`` of the same kind as ``src`` (directory or file); False if impossible."""
+    try:
+        if os.path.isdir(src):
+            os.makedirs(dst, exist_ok=True)
+        else:
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            with open(dst, "a"):
+                pass
+        return True
+    except OSError:
+        return False
+
+
+def pivot_into(new_root: str) -> None:
+    """Make ``new_root`` the root of this mount namespace and drop the old one."""
+    os.chdir(new_root)
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is not None and libc().syscall(number, b".", b".") == 0:
+        # pivot_root(".", ".") stacks the old root on top of the new one; detach it.
+        check(libc().umount2(b".", MNT_DETACH), "umount old root")
+    else:
+        mount(new_root, "/", None, MS_MOVE)
+        os.chroot(".")
+    os.chdir("/")
+
+
+def bring_up_loopback() -> None:
+    """Set IFF_UP on ``lo`` in a fresh network namespace (SIOCGIFFLAGS / SIOCSIFFLAGS)."""
+    import fcntl
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        req = struct.pack("16sh", b"lo", 0)
+        flags = struct.unpack("16sh", fcntl.ioctl(s, 0x8913, req))[1]
+        fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
+
+
+def setup_namespace(cfg: dict[str, Any]) -> None:
+    """Build the sandbox's private root inside the fresh mount namespace and pivot into it."""
+    new_root = cfg["rootfs"]
+    dirs: dict[str, str] = cfg["dirs"]
+    mount("none", "/", None, MS_REC | MS_PRIVATE)
+    mount("tmpfs", new_root, "tmpfs", MS_NOSUID, "mode=755")
+    skip = {"proc", "tmp", "root", "home", "workspace", "lost+found"}
+    for name in sorted(os.listdir("/")):
+        src = "/" + name
+        dst = os.path.join(new_root, name)
+        if name in skip:
+            continue
+        if os.path.islink(src):
+            os.symlink(os.readlink(src), dst)
+        elif make_mountpoint(src, dst):
+            # An entry that cannot be bound (e.g. a special file) is simply left out.
+            with contextlib.suppress(OSError):
+                bind(src, dst)
+    for inner in PRIVATE_DIRS:
+        dst = new_root + inner
+        os.makedirs(dst, exist_ok=True)
+        bind(dirs[inner], dst)
+    os.chmod(new_root + "/tmp", 0o1777)
+    # Host paths the sandbox needs (the Python installation, the templates) that happen to lie
+    # under a private directory are bound back in, read-only, at the same path.
+    for path in cfg.get("keep", []):
+        dst = new_root + path
+        if make_mountpoint(path, dst):
+            bind(path, dst, readonly=True)
+            parent = os.path.dirname(dst)
+            while parent.startswith(new_root + "/") and parent not in (
+                new_root + d for d in PRIVATE_DIRS
+            ):
+                os.chmod(parent, 0o755)
+                parent = os.path.dirname(parent)
+    # Files replaced inside the sandbox (an /etc/passwd that knows the "user" account).
+    for inner, src in cfg.get("files", {}).items():
+        if os.path.isfile(new_root + inner):
+            bind(src, new_root + inner, readonly=True)
+    # Host paths the sandbox must not see (the other sandboxes' directories).
+    for path in cfg.get("hide", []):
+        if os.path.isdir(new_root + path):
+            mount("tmpfs", new_root + path, "tmpfs", MS_RDONLY | MS_NOSUID, "mode=755")
+    os.makedirs(new_root + "/proc", exist_ok=True)
+    mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    pivot_into(new_root)
+    if cfg.get("hostname"):
+        with contextlib.suppress(OSError):
+            socket.sethostname(cfg["hostname"])
+    if cfg.get("net"):
+        with contextlib.suppress(OSError):
+            bring_up_loopback()
+
+
+def read_proc_stat(pid: int) -> tuple[int, int, str] | None:
+    """(ppid, session, state) of ``pid`` from /proc, or None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2 :].split()
+    return int(fields[1]), int(fields[3]), fields[0].decode()
+
+
+def all_pids() -> list[int]:
+    """Every pid visible in /proc."""
+    return [int(n) for n in os.listdir("/proc") if n.isdigit()]
+
+
+class Agent:
+    """The agent's state and main loop."""
+
+    def __init__(self, sock: socket.socket, cfg: dict[str, Any]) -> None:
+        self.sock = sock
+        self.cfg = cfg
+        self.namespace = bool(cfg.get("namespace"))
+        self.marker = ("LIZARD_EMU_SANDBOX=" + cfg["sandbox_id"]).encode()
+        self.me = os.getpid()
+        self.children: dict[int, subprocess.Popen[bytes]] = {}
+        self.running = True
+
+    # --- process sets -------------------------------------------------------------------------
+
+    def sandbox_pids(self) -> list[int]:
+        """Every process of the sandbox except the agent itself."""
+        if self.namespace:
+            return [p for p in all_pids() if p != self.me]
+        table: dict[int, int] = {}
+        for pid in all_pids():
+            st = read_proc_stat(pid)
+            if st is not None:
+                table[pid] = st[0]
+        found: set[int] = set()
+        frontier = [self.me]
+        while frontier:
+            parent = frontier.pop()
+            for pid, ppid in table.items():
+                if ppid == parent and pid not in found:
+                    found.add(pid)
+                    frontier.append(pid)
+        for pid in table:
+            if pid not in found and pid != self.me and self.has_marker(pid):
+                found.add(pid)
+        return sorted(found)
+
+    def has_marker(self, pid: int) -> bool:
+        """Whether ``pid``'s environment carries this sandbox's marker."""
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                return self.marker in f.read().split(b"\0")
+        except OSError:
+            return False
+
+    def tree(self, root: int) -> list[int]:
+        """``root`` and its descendants that stayed in its session (detached daemons excluded)."""
+        stats: dict[int, tuple[int, int, str]] = {}
+        for pid in all_pids():
+            st = read_proc_stat(pid)
+            if st is not None:
+                stats[pid] = st
+        if root not in stats:
+            return []
+        session = stats[root][1]
+        out = [root]
+        frontier = [root]
+        while frontier:
+            parent = frontier.pop()
+            for pid, (ppid, sid, _state) in stats.items():
+                if ppid == parent and pid not in out:
+                    frontier.append(pid)
+                    if sid == session:
+                        out.append(pid)
+        return out
+
+    def signal_all(self, sig: int, pids: list[int]) -> None:
+        """Send ``sig`` to each pid, ignoring the ones already gone."""
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+
+    def kill_everything(self) -> None:
+        """SIGKILL every process of the sandbox until none is left (bounded)."""
+        for _ in range(200):
+            pids = self.sandbox_pids()
+            if not pids:
+                return
+            self.signal_all(signal.SIGKILL, pids)
+            self.reap()
+            time.sleep(0.005)
+
+    # --- messaging ----------------------------------------------------------------------------
+
+    def send(self, msg: dict[str, Any], fds: list[int] | None = None) -> None:
+        """Send one datagram (with optional file descriptors)."""
+        data = json.dumps(msg).encode()
+        try:
+            if fds:
+                self.sock.sendmsg(
+                    [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
+                )
+            else:
+                self.sock.send(data)
+        except OSError:
+            self.running = False
+
+    def receive(self) -> dict[str, Any] | None:
+        """Read one request; None on end of file."""
+        data, ancdata, _flags, _addr = self.sock.recvmsg(
+            MAX_DATAGRAM, socket.CMSG_SPACE(4 * array.array("i").itemsize)
+        )
+        if not data:
+            return None
+        fds: list[int] = []
+        for level, kind, payload in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                arr = array.array("i")
+                arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
+                fds.extend(arr)
+        msg: dict[str, Any] = json.loads(data)
+        if msg.get("memfd") and fds:
+            with os.fdopen(fds.pop(0), "rb") as f:
+                f.seek(0)
+                msg = json.loads(f.read())
+        for fd in fds:
+            os.close(fd)
+        return msg
+
+    # --- operations ---------------------------------------------------------------------------
+
+    def op_exec(self, msg: dict[str, Any]) -> None:
+        """Start a command with fresh pipes; reply with its pid and the pipes' read ends."""
+        argv: list[str] = msg["argv"]
+        cwd: str = msg["cwd"]
+        if not os.path.isdir(cwd):
+            self.send({"id": msg["id"], "error": "workdir", "message": f"{cwd}: no such directory"})
+            return
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        uid = msg.get("uid")
+        gid = msg.get("gid")
+        switch = uid is not None and os.geteuid() == 0 and uid != os.geteuid()
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=cwd,
+                env=msg["env"],
+                start_new_session=True,
+                user=uid if switch else None,
+                group=gid if switch else None,
+                extra_groups=[] if switch else None,
+                close_fds=True,
+            )
+        except FileNotFoundError:
+            os.close(out_r)
+            os.close(err_r)
+            self.send({"id": msg["id"], "error": "notfound", "message": f"{argv[0]}: not found"})
+            return
+        except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
+            text = f"{argv[0]}: {exc.strerror or exc}"
+            self.send({"id": msg["id"], "error": "exec", "message": text})
+            return
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        self.children[proc.pid] = proc
+        self.send({"id": msg["id"], "pid": proc.pid}, [out_r, err_r])
+        os.close(out_r)
+        os.close(err_r)
+
+    def op_signal(self, msg: dict[str, Any]) -> None:
+        """Signal a process and its same-session descendants; 404-ish error if not ours."""
+        pid = int(msg["pid"])
+        if pid == self.me or pid not in self.sandbox_pids():
+            self.send({"id": msg["id"], "error": "nopid", "message": f"no process {pid}"})
+            return
+        self.signal_all(int(msg["signal"]), self.tree(pid))
+        self.send({"id": msg["id"], "ok": True})
+
+    def handle(self, msg: dict[str, Any]) -> None:
+        """Dispatch one request."""
+        op = msg.get("op")
+        if op == "exec":
+            self.op_exec(msg)
+        elif op == "signal":
+            self.op_signal(msg)
+        elif op == "pause":
+            self.signal_all(signal.SIGSTOP, self.sandbox_pids())
+            self.send({"id": msg["id"], "ok": True})
+        elif op == "resume":
+            self.signal_all(signal.SIGCONT, self.sandbox_pids())
+            self.send({"id": msg["id"], "ok": True})
+        elif op == "shutdown":
+            self.running = False
+        else:
+            self.send({"id": msg.get("id"), "error": "op", "message": f"unknown op {op!r}"})
+
+    def reap(self) -> None:
+        """Collect every exited child; report the ones started by exec."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            proc = self.children.pop(pid, None)
+            if proc is None:
+                continue
+            code = os.waitstatus_to_exitcode(status)
+            code = 128 - code if code < 0 else code
+            proc.returncode = code  # reaped here: keep Popen from waiting on a recycled pid
+            self.send({"event": "exit", "pid": pid, "code": code})
+
+    def run(self) -> None:
+        """Serve requests until shutdown or end of file, then kill everything."""
+        wake_r, wake_w = os.pipe()
+        os.set_blocking(wake_w, False)
+        os.set_blocking(wake_r, False)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, lambda *_: None)  # only shutdown or EOF stop the agent
+        sel = selectors.DefaultSelector()
+        sel.register(self.sock, selectors.EVENT_READ)
+        sel.register(wake_r, selectors.EVENT_READ)
+        self.send({"event": "ready", "namespace": self.namespace})
+        self.reap()
+        while self.running:
+            for key, _ in sel.select():
+                if key.fileobj is self.sock:
+                    try:
+                        msg = self.receive()
+                    except OSError:
+                        msg = None
+                    if msg is None:
+                        self.running = False
+                        break
+                    try:
+                        self.handle(msg)
+                    except Exception as exc:  # keep serving; the server sees the error
+                        self.send({"id": msg.get("id"), "error": "agent", "message": repr(exc)})
+                else:
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+        self.kill_everything()
+
+
+def main() -> None:
+    """Entry point: ``agent.py FD``; the configuration is the first datagram."""
+    fd = int(sys.argv[1])
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    cfg: dict[str, Any] = json.loads(sock.recv(MAX_DATAGRAM))
+    try:
+        if cfg.get("namespace"):
+            setup_namespace(cfg)
+        else:
+            check(libc().prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "prctl subreaper")
+    except OSError as exc:
+        sock.send(json.dumps({"event": "failed", "message": str(exc)}).encode())
+        sys.exit(1)
+    Agent(sock, cfg).run()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""Request counters, injected latency and injected faults (for tests and benchmarks).
+
+- Counters: every request under ``/api`` increments ``total`` and its route key
+  (``"POST /api/sandboxes/{id}/exec"``; unknown paths count as ``"<METHOD> <unmatched>"``);
+  ``connections`` counts TCP connections that carried at least one ``/api`` request. Control
+  requests under ``/_local`` are never counted.
+- Latency: ``latency_s`` is added before every ``/api`` response; ``connection_latency_s`` once
+  more on the first ``/api`` request of each new connection (a slow connection set-up).
+- Faults: the next ``count`` requests of a route answer ``status`` (5xx, or 429 with
+  ``retryAfterS``) without reaching the handler; the next ``count`` SSE exec streams are dropped
+  (connection closed with no exit event) after ``after_events`` events.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from lizard_local.http import ApiError
+
+__all__ = ["Fault", "Instrumentation", "StreamDrop"]
+
+
+@dataclass
+class Fault:
+    """An injected error for the next ``remaining`` requests of a route."""
+
+    status: int
+    remaining: int
+    retry_after_s: float | None = None
+
+    def error(self) -> ApiError:
+        """The error to answer with."""
+        headers: dict[str, str] = {}
+        extra: dict[str, Any] = {}
+        if self.retry_after_s is not None:
+            headers["Retry-After"] = str(max(int(self.retry_after_s + 0.999), 0))
+            extra["retryAfterS"] = self.retry_after_s
+        if self.status == 429:
+            extra.setdefault("limit", 1)
+            extra.setdefault("running", 1)
+            return ApiError(
+                429, "Rate limit exceeded (injected)", "RATE_LIMITED", headers=headers, **extra
+            )
+        return ApiError(
+            self.status,
+            f"Injected fault ({self.status})",
+            "INJECTED_FAULT",
+            headers=headers,
+            **extra,
+        )
+
+
+@dataclass
+class StreamDrop:
+    """Drop the next ``remaining`` SSE streams after ``after_events`` events."""
+
+    remaining: int
+    after_events: int
+
+
+@dataclass
+class Instrumentation:
+    """Mutable instrumentation state of one server."""
+
+    total: int = 0
+    connections: int = 0
+    routes: Counter[str] = field(default_factory=Counter)
+    latency_s: float = 0.0
+    connection_latency_s: float = 0.0
+    faults: dict[str, Fault] = field(default_factory=dict)
+    stream_drop: StreamDrop | None = None
+
+    def count(self, route: str) -> None:
+        """Count one request."""
+        self.total += 1
+        self.routes[route] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters as JSON-ready data."""
+        return {"total": self.total, "connections": self.connections, "routes": dict(self.routes)}
+
+    def reset(self) -> None:
+        """Zero every counter."""
+        self.total = 0
+        self.connections = 0
+        self.routes.clear()
+
+    def take_fault(self, route: str) -> ApiError | None:
+        """The injected error for this request, if one is pending for its route."""
+        fault = self.faults.get(route)
+        if fault is None:
+            return None
+        fault.remaining -= 1
+        if fault.remaining <= 0:
+            del self.faults[route]
+        return fault.error()
+
+    def take_stream_drop(self) -> int | None:
+        """Events to send before dropping this stream, if a drop is pending."""
+        drop = self.stream_drop
+        if drop is None:
+            return None
+        drop.remaining -= 1
+        if drop.remaining <= 0:
+            self.stream_drop = None
+        return drop.after_events

@@ -1,0 +1,124 @@
+"""Counters, injected latency and injected faults, observed through the real SDK."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from lizard import Sandbox
+from lizard.errors import LimitExceededError, LizardError
+
+from lizard_local import LocalServer, LocalServerError
+from lizard_local.instrumentation import Fault, Instrumentation
+
+
+def test_counters_count_routes_and_connections(sandbox: Sandbox, lizard_counters: LocalServer):
+    sandbox.process.exec_("true")
+    sandbox.process.exec_("true", on_stdout=lambda _l: None)
+    sandbox.fs.write("/tmp/c", "x")
+    sandbox.fs.read("/tmp/c")
+    sandbox.get_info()
+    counters = lizard_counters.counters()
+    assert counters["routes"] == {
+        "POST /api/sandboxes/{id}/exec": 2,
+        "POST /api/sandboxes/{id}/files": 1,
+        "GET /api/sandboxes/{id}/files": 1,
+        "GET /api/sandboxes/{id}": 1,
+    }
+    assert counters["total"] == 5
+    assert counters["connections"] == 5  # the SDK opens a connection per call
+    lizard_counters.reset_counters()
+    assert lizard_counters.counters() == {"total": 0, "connections": 0, "routes": {}}
+
+
+def test_one_connection_many_requests(lizard_counters: LocalServer):
+    with httpx.Client(headers={"X-API-Key": lizard_counters.api_key}) as client:
+        for _ in range(3):
+            client.get(lizard_counters.url + "/api/projects")
+        client.get(lizard_counters.url + "/api/nowhere")
+    counters = lizard_counters.counters()
+    assert counters["connections"] == 1
+    assert counters["routes"] == {"GET /api/projects": 3, "GET <unmatched>": 1}
+
+
+def test_latency_per_response_and_per_connection(lizard_local: LocalServer):
+    url = lizard_local.url + "/api/projects"
+    headers = {"X-API-Key": lizard_local.api_key}
+    lizard_local.set_latency(150, connection_ms=300)
+    try:
+        with httpx.Client(headers=headers) as client:
+            start = time.monotonic()
+            client.get(url)
+            first = time.monotonic() - start
+            start = time.monotonic()
+            client.get(url)
+            second = time.monotonic() - start
+    finally:
+        lizard_local.set_latency(0)
+    assert 0.45 <= first < 2.0
+    assert 0.15 <= second < 0.45  # no connection latency on a reused connection
+    start = time.monotonic()
+    httpx.get(url, headers=headers)
+    assert time.monotonic() - start < 0.15 + 0.3  # latency off again (plus client set-up)
+
+
+def test_injected_5xx_on_the_next_requests_of_a_route(sandbox: Sandbox, lizard_local: LocalServer):
+    lizard_local.inject_fault("POST /api/sandboxes/{id}/exec", status=503, count=2)
+    for _ in range(2):
+        with pytest.raises(LizardError, match="503"):
+            sandbox.process.exec_("true")
+    assert sandbox.get_info().status == "running"  # other routes unaffected
+    assert sandbox.process.exec_("echo ok").stdout == "ok"
+
+
+def test_injected_429_carries_retry_after(lizard_local: LocalServer):
+    lizard_local.inject_fault("POST /api/sandboxes", status=429, retry_after_s=7)
+    with pytest.raises(LimitExceededError) as caught:
+        Sandbox.create("base", project_id=lizard_local.project_id)
+    assert caught.value.retry_after_s == 7
+    assert caught.value.status_code == 429
+
+
+def test_dropped_stream(sandbox: Sandbox, lizard_local: LocalServer):
+    lizard_local.inject_stream_drop(count=1, after_events=2)
+    seen: list[str] = []
+    with pytest.raises(httpx.HTTPError):
+        sandbox.process.exec_(
+            "for i in 1 2 3 4 5; do echo $i; sleep 0.05; done", on_stdout=seen.append
+        )
+    assert seen == ["1", "2"]
+    # The next stream is whole again.
+    lines: list[str] = []
+    assert sandbox.process.exec_("echo whole", on_stdout=lines.append).exit_code == 0
+    assert lines == ["whole"]
+
+
+def test_control_api_validates(lizard_local: LocalServer):
+    with pytest.raises(LocalServerError, match="Unknown route"):
+        lizard_local.inject_fault("GET /api/nowhere")
+    with pytest.raises(LocalServerError, match="400"):
+        lizard_local.configure(no_such_setting=1)
+    with pytest.raises(LocalServerError, match="404"):
+        lizard_local.expire("sbx_unknown")
+    assert lizard_local.counters()["total"] >= 0
+
+
+def test_control_requests_are_not_counted(lizard_counters: LocalServer):
+    lizard_counters.info()
+    lizard_counters.sandboxes()
+    assert lizard_counters.counters()["total"] == 0
+
+
+def test_fault_bookkeeping():
+    instr = Instrumentation()
+    instr.faults["GET /x"] = Fault(503, 2)
+    assert instr.take_fault("GET /y") is None
+    first = instr.take_fault("GET /x")
+    assert first is not None
+    assert first.status == 503
+    assert instr.take_fault("GET /x") is not None
+    assert instr.take_fault("GET /x") is None
+    limited = Fault(429, 1, 2.5).error()
+    assert limited.body()["retryAfterS"] == 2.5
+    assert limited.headers["Retry-After"] == "3"
