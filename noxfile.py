@@ -191,12 +191,43 @@ def demo(session: nox.Session) -> None:
 
 @nox.session(python=DEFAULT_PYTHON)
 def bench(session: nox.Session) -> None:
-    """Benchmarks against the 0.1.0 packages on lizard-local; writes docs/performance.md."""
-    script = ROOT / "shared" / "bench" / "run.py"
-    if not script.exists():
-        session.log("The benchmark suite has not landed yet (shared/bench/run.py).")
-        return
-    session.run("python", str(script), *session.posargs)
+    """Benchmarks against the 0.1.0 packages on lizard-local; writes docs/performance.md.
+
+    This session's environment holds this repository's packages (and lizard-local, which serves
+    both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0 and
+    pydantic-ai-lizard 0.1.0 from PyPI with the lizard-sdk 0.1.x they pin, and the same
+    smolagents and pydantic-ai-slim versions. Arguments after `--` go to shared/bench/run.py:
+    `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`, `--output FILE`.
+    """
+    uv = shutil.which("uv") or session.error("uv is required: python -m pip install uv")
+    ours = [arg for package in PACKAGES for arg in ("-e", _path(package))]
+    # lizard-local's `interpreter` template runs on this environment's site-packages: ipykernel
+    # and jupyter_client keep 0.1.0's CodeSandbox state in a kernel, and pip, numpy and pillow let
+    # 0.1.0's executor run the `pip install` of final_answer's requirements it runs in the cloud.
+    session.install(*ours, "ipykernel", "jupyter_client", "pip", "numpy", "pillow", "certifi")
+    pins = "from importlib.metadata import version as v; " + "; ".join(
+        f"print('{name}==' + v('{name}'))" for name in ("smolagents", "pydantic-ai-slim")
+    )
+    frameworks = session.run("python", "-c", pins, silent=True)
+    assert isinstance(frameworks, str)
+    reference = Path(session.virtualenv.location).parent / "bench-0-1-0"
+    reference_python = str(reference / "bin" / "python")
+    session.run(
+        uv, "venv", "-q", "--allow-existing", "-p", DEFAULT_PYTHON, str(reference), external=True
+    )
+    session.run(
+        uv,
+        "pip",
+        "install",
+        "-q",
+        "-p",
+        reference_python,
+        "smolagents-lizard==0.1.0",
+        "pydantic-ai-lizard==0.1.0",
+        *frameworks.split(),
+        external=True,
+    )
+    session.run("python", "shared/bench/run.py", "--ref-python", reference_python, *session.posargs)
 
 
 @nox.session(python=DEFAULT_PYTHON, tags=["offline"])
@@ -223,6 +254,13 @@ def dev(session: nox.Session) -> None:
     tools = _group("test") + _group("lint") + _group("typecheck") + ["build", "twine", "nox"]
     session.run(uv, "pip", "install", "-p", python, *editable, *tools, external=True)
     session.log(f"Ready: source {venv.relative_to(ROOT)}/bin/activate")
+
+
+@nox.session(python=False)
+def new_adapter(session: nox.Session) -> None:
+    """Create packages/<framework>-lizard from the adapter template: `-- <framework>`."""
+    script = ROOT / "shared" / "new_adapter.py"
+    session.run(sys.executable, str(script), *session.posargs, external=True)
 
 
 if __name__ == "__main__":  # pragma: no cover - `python noxfile.py` is not how to run it

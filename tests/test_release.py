@@ -13,9 +13,11 @@ import zipfile
 from collections.abc import Iterable
 from pathlib import Path
 
-import changelog
 import pytest
+
+import changelog
 import smoke
+from packages import ROOT, adapters, package_dirs
 from release_check import (
     Built,
     ReleaseCheckError,
@@ -28,8 +30,6 @@ from release_check import (
     verify_built,
     verify_changelog,
 )
-
-from packages import ROOT, adapters, package_dirs
 
 VERSION = (ROOT / "VERSION").read_text(encoding="utf-8").strip()
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"

@@ -40,11 +40,11 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import changelog
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+import changelog
 from check_dists import check, wheel_metadata
 from packages import EMULATOR, ROOT, adapters, package_dirs
 
