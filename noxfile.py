@@ -79,11 +79,15 @@ def _install_package(session: nox.Session, package: str, bound: str = "latest") 
     lowest-direct), so every range in a pyproject is exercised at both ends.
     """
     options = PACKAGES[package]
-    extras = options.get("test-extras", [])
+    # `test-extras-<bound>` overrides `test-extras` at that bound (pydantic-ai-lizard drops the
+    # harness at `latest`, since each harness release pins an older pydantic-ai-slim exactly).
+    extras = options.get(f"test-extras-{bound}", options.get("test-extras", []))
     assert isinstance(extras, list)
     target = _path(package) + (f"[{','.join(extras)}]" if extras else "")
-    local = {"lizard-core", "lizard-local"} - {package}
-    args = [arg for dep in sorted(local) for arg in ("-e", _path(dep))] + ["-e", target]
+    # lizard-local's `interpreter` extra gives sandboxes the data stack (numpy, pillow, Jupyter).
+    local = {"lizard-core": "", "lizard-local": "[interpreter]"}
+    args = [a for dep, x in local.items() if dep != package for a in ("-e", _path(dep) + x)]
+    args += ["-e", target]
     if bound == "lowest":
         session.install("--resolution=lowest-direct", *args)
     else:

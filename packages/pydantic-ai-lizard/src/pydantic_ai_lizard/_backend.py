@@ -1,0 +1,344 @@
+"""`LizardSandboxBackend`: Pydantic AI's workspace protocol mapped onto `lizard_core`.
+
+What holds (the rules of `pydantic_ai/workspaces/protocol.py`, and how they are kept here):
+
+- Building a backend validates every argument and makes no request. The first operation creates
+  the sandbox, or attaches to the one `ref` names; a sandbox that is gone is
+  `WorkspaceUnavailableError`, never a replacement. `lizard_core.session.Session` owns this:
+  it creates at most one sandbox however many first operations race, and records its id as
+  soon as the create returns, even if the caller was cancelled meanwhile, so `ref` never changes
+  once set.
+- A run ending never destroys the sandbox: only `destroy()` (or its lifetime) does.
+- Each command is one streaming request (`lizard_core.commands`); each file operation is one
+  request for small files (`lizard_core.files`). A non-zero exit is a result; a timeout or the
+  output limit raise with the partial output; a guest that dies cannot hang a run, because the
+  core backs every command with a host-side deadline.
+- Errors are mapped in one place, `_errors.workspace_errors`; path failures are builtin `OSError`s.
+- Nothing from the host environment reaches the sandbox: only `env`, `envs` and per-command `env`.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from importlib import metadata
+from typing import Final
+
+import anyio
+from pydantic_ai.workspaces import (
+    CommandResult,
+    FileEntry,
+    SupportsCommands,
+    SupportsFilesystem,
+    SupportsRealpath,
+    WorkspaceBackend,
+    WorkspaceCommand,
+    WorkspaceError,
+    WorkspaceRef,
+)
+
+from lizard_core import commands
+from lizard_core.config import SandboxConfig, Size
+from lizard_core.files import FileStat, SandboxFiles
+from lizard_core.session import Session
+
+from ._errors import decode_output, workspace_errors
+
+__all__ = [
+    "DEFAULT_LIFETIME_MS",
+    "DEFAULT_SIZE",
+    "DEFAULT_TEMPLATE",
+    "DEFAULT_WORKING_DIR",
+    "OUTPUT_LIMIT",
+    "PROVIDER",
+    "LizardSandboxBackend",
+    "check_ref",
+]
+
+PROVIDER: Final = "lizard"
+"""`WorkspaceRef.provider` of every Lizard workspace."""
+
+# The 0.1.0 defaults, kept: users rely on the interpreter template and an hour of life.
+DEFAULT_TEMPLATE: Final = "interpreter"
+DEFAULT_SIZE: Final[Size] = "small"
+DEFAULT_LIFETIME_MS: Final = 3_600_000
+DEFAULT_WORKING_DIR: Final = "/workspace"
+
+OUTPUT_LIMIT: Final = 10 * 1024 * 1024
+"""Bytes each output stream of a command may produce before `WorkspaceOutputLimitError`."""
+
+_INTEGRATION: Final = "pydantic-ai"  # the metadata tag 0.1.0 put on its sandboxes
+
+# A short bounded command: a sandbox that cannot create a directory in this time is not usable.
+_PREPARE_TIMEOUT: Final = 60.0
+# Creates the working directory and prints where it really is, symlinks resolved; `printf x`
+# keeps a trailing newline of the name from being eaten by the command substitution.
+_PREPARE_SCRIPT: Final = (
+    'mkdir -p -- "$1" && cd -P -- "$1" && d=$(pwd -P && printf x) && printf %s "${d%?x}"'
+)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("pydantic-ai-lizard")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+def check_ref(ref: object) -> WorkspaceRef:
+    """Return `ref` if it names a Lizard sandbox; `TypeError`/`ValueError` otherwise."""
+    if not isinstance(ref, WorkspaceRef):
+        raise TypeError(f"ref must be a WorkspaceRef, not {type(ref).__name__}")
+    if ref.provider != PROVIDER:
+        raise ValueError(f"unsupported workspace provider {ref.provider!r}; expected {PROVIDER!r}")
+    return ref  # the id itself is checked by lizard_core's Session
+
+
+# Checked here, not only in lizard_core, because `run` resolves the working directory (and so
+# creates the sandbox) before the command reaches the core: invalid input must cost nothing.
+def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping of str to str, not {type(env).__name__}")
+    if any(type(key) is not str or type(value) is not str for key, value in env.items()):
+        raise TypeError("env keys and values must be strings")
+    if any(not key or "=" in key or "\0" in key + value for key, value in env.items()):
+        raise ValueError("env names must be non-empty without '=' or NUL; values without NUL")
+    return dict(env)
+
+
+def _argv(command: object, shell: bool) -> list[str]:
+    """The argv that runs `command`: a string only with `shell=True` (under `/bin/sh -c`)."""
+    if isinstance(command, str) != shell or isinstance(command, bytes | bytearray):
+        raise TypeError("pass a string with shell=True, or an argv sequence without it")
+    if isinstance(command, str):
+        argv: list[object] = ["/bin/sh", "-c", command]
+    elif isinstance(command, Sequence):
+        argv = list(command)
+    else:
+        raise TypeError(f"command must be a str or an argv sequence, not {type(command).__name__}")
+    if not argv:
+        raise ValueError("command must not be empty")
+    checked = [argument for argument in argv if type(argument) is str]
+    if len(checked) != len(argv):
+        raise TypeError("argv elements must be strings")
+    if any("\0" in argument for argument in checked):
+        raise ValueError("command arguments must not contain NUL")
+    return checked
+
+
+def _check_timeout(timeout: float | None) -> None:
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int | float)
+        or not 0 < timeout < float("inf")
+    ):
+        raise ValueError(f"timeout must be a positive finite number or None, got {timeout!r}")
+
+
+def _check_path(path: str) -> str:
+    if type(path) is not str:
+        raise TypeError(f"path must be a str, not {type(path).__name__}")
+    if not posixpath.isabs(path) or "\0" in path:
+        raise ValueError(f"path must be an absolute POSIX path without NUL, got {path!r}")
+    return path
+
+
+class LizardSandboxBackend(
+    WorkspaceBackend, SupportsCommands, SupportsFilesystem, SupportsRealpath
+):
+    """A [Lizard](https://lizard.build) sandbox as a Pydantic AI workspace backend.
+
+    Implements `WorkspaceBackend`, `SupportsCommands`, `SupportsFilesystem` and `SupportsRealpath`.
+    Commands and files live in a Firecracker microVM; nothing runs on the host. Building one makes
+    no request; the first operation creates a sandbox (or attaches to `ref`). Save `ref` after first
+    use to reconnect later; call `destroy()` when done: an agent run never destroys its workspace.
+
+    Args:
+        ref: A sandbox to attach to on first use, instead of creating one. A sandbox that is gone
+            raises `WorkspaceUnavailableError`; no replacement is created.
+        project_id: Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`.
+        api_key: Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host.
+        size: Machine size of a new sandbox.
+        lifetime_ms: Lifetime of a new sandbox; when it runs out, the sandbox and its files go.
+        working_dir: Absolute directory commands start in and relative paths resolve against;
+            created on first use if missing, and reported with symlinks resolved.
+        env: Variables every command gets (on an attached sandbox too); a command's own `env` wins.
+        api_url: Lizard API URL; `LIZARD_API_URL`, else the cloud. HTTPS except on loopback.
+        template: Template of a new sandbox, e.g. `interpreter` or `base`.
+        region: Region of a new sandbox; Lizard's default when `None`.
+        envs: Variables set on a new sandbox itself, visible to every process in it.
+        internet_access: Whether a new sandbox may reach the internet.
+        keep_alive: Extend the sandbox's lifetime while this backend is in use.
+    """
+
+    def __init__(
+        self,
+        *,
+        ref: WorkspaceRef | None = None,
+        project_id: str | None = None,
+        api_key: str | None = None,
+        size: Size = DEFAULT_SIZE,
+        lifetime_ms: int = DEFAULT_LIFETIME_MS,
+        working_dir: str = DEFAULT_WORKING_DIR,
+        env: Mapping[str, str] | None = None,
+        api_url: str | None = None,
+        template: str = DEFAULT_TEMPLATE,
+        region: str | None = None,
+        envs: Mapping[str, str] | None = None,
+        internet_access: bool = True,
+        keep_alive: bool = False,
+    ) -> None:
+        if ref is not None:
+            check_ref(ref)
+        self._configured_working_dir = _check_path(working_dir)
+        self._env = _check_env(env)
+        config = SandboxConfig.from_env(
+            api_key=api_key,
+            api_url=api_url,
+            project_id=project_id,
+            template=template,
+            size=size,
+            lifetime_ms=lifetime_ms,
+            region=region,
+            envs=envs,
+            internet_access=internet_access,
+            integration=_INTEGRATION,
+            integration_version=_version(),
+        )
+        self._session = Session(
+            config, sandbox_id=None if ref is None else ref.id, keep_alive=keep_alive
+        )
+        # Until the working directory is known, `remove` is never called (it needs it first).
+        self._files = SandboxFiles(self._session)
+        self._working_dir: str | None = None
+        self._prepare_lock = anyio.Lock()
+        self._ref = ref
+
+    def __repr__(self) -> str:
+        return f"LizardSandboxBackend(ref={self.ref!r})"
+
+    @property
+    def ref(self) -> WorkspaceRef | None:
+        """The sandbox's identity: `None` until one is created, then fixed for good."""
+        if self._ref is None and (sandbox_id := self._session.sandbox_id) is not None:
+            self._ref = WorkspaceRef(provider=PROVIDER, id=sandbox_id)
+        return self._ref
+
+    def _errors(self, *, output_limit: int = 0) -> AbstractAsyncContextManager[None]:
+        return workspace_errors(self._session, output_limit=output_limit)
+
+    async def destroy(self) -> None:
+        """Destroy the sandbox, if one was created or named. Idempotent; final for this backend."""
+        async with self._errors():
+            await self._session.adestroy()
+
+    async def working_dir(self) -> str:
+        """The directory commands start in: absolute, symlinks resolved, created on first use."""
+        if self._working_dir is None:
+            async with self._prepare_lock:
+                if self._working_dir is None:
+                    resolved = await self._prepare_working_dir()
+                    self._files = SandboxFiles(self._session, protected=(resolved,))
+                    self._working_dir = resolved
+        return self._working_dir
+
+    async def _prepare_working_dir(self) -> str:
+        # One command both creates the directory and reports where it really is.
+        async with self._errors():
+            result = await commands.arun_command(
+                self._session,
+                ["/bin/sh", "-c", _PREPARE_SCRIPT, "sh", self._configured_working_dir],
+                cwd="/",
+                timeout=_PREPARE_TIMEOUT,
+            )
+        resolved = result.stdout.decode("utf-8", errors="surrogateescape")
+        if result.exit_code != 0 or not posixpath.isabs(resolved):
+            reason = decode_output(result.stderr).strip() or f"exit code {result.exit_code}"
+            raise WorkspaceError(
+                f"Could not create the working directory {self._configured_working_dir!r} "
+                f"in the Lizard sandbox: {reason}"
+            )
+        return resolved
+
+    async def run(
+        self,
+        command: WorkspaceCommand,
+        *,
+        shell: bool = False,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the protocol's signature
+    ) -> CommandResult:
+        """Run a command in `working_dir()` with stdin at EOF and return its complete output."""
+        argv = _argv(command, shell)
+        _check_timeout(timeout)
+        merged_env = {**self._env, **_check_env(env)}
+        cwd = await self.working_dir()
+        async with self._errors(output_limit=OUTPUT_LIMIT):
+            result = await commands.arun_command(
+                self._session,
+                argv,
+                cwd=cwd,
+                env=merged_env,
+                timeout=timeout,
+                output_limit=OUTPUT_LIMIT,
+            )
+        return CommandResult(
+            exit_code=result.exit_code,
+            stdout=decode_output(result.stdout),
+            stderr=decode_output(result.stderr),
+        )
+
+    async def read_bytes(self, path: str) -> bytes:
+        """Read a file's contents."""
+        async with self._errors():
+            return await self._files.aread_bytes(path)
+
+    async def write_bytes(self, path: str, data: bytes) -> None:
+        """Write a file, creating missing parents and writing through an existing symlink."""
+        async with self._errors():
+            await self._files.awrite_bytes(path, data)
+
+    async def stat(self, path: str) -> FileEntry:
+        """Metadata of a file or directory, following symlinks."""
+        async with self._errors():
+            entry = await self._files.astat(path)
+        return _file_entry(entry)
+
+    async def list_dir(self, path: str) -> Sequence[FileEntry]:
+        """The entries of a directory, sorted by name, not recursive."""
+        async with self._errors():
+            entries = await self._files.alist_dir(path)
+        return tuple(_file_entry(entry) for entry in entries)
+
+    async def make_dir(self, path: str) -> None:
+        """Create a directory and its missing parents; an existing directory is fine."""
+        async with self._errors():
+            await self._files.amake_dir(path)
+
+    async def remove(self, path: str) -> None:
+        """Remove a file, a symlink (not its target), or a directory tree.
+
+        Refuses `/`, the working directory and its ancestors with `ValueError`, also when `path`
+        reaches one of them through a symlink.
+        """
+        _check_path(path)
+        await self.working_dir()  # protects it from here on
+        async with self._errors():
+            await self._files.aremove(path)
+
+    async def exists(self, path: str) -> bool:
+        """Whether a file or directory exists at `path` (a dangling symlink does not)."""
+        async with self._errors():
+            return await self._files.aexists(path)
+
+    async def realpath(self, path: str) -> str:
+        """`path` with every symlink resolved inside the sandbox, like `os.path.realpath`."""
+        async with self._errors():
+            return await self._files.arealpath(path)
+
+
+def _file_entry(entry: FileStat) -> FileEntry:
+    return FileEntry(name=entry.name, path=entry.path, is_dir=entry.is_dir, size=entry.size)

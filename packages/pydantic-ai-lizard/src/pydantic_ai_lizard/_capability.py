@@ -1,0 +1,124 @@
+"""`LizardSandbox`: the capability that supplies a Lizard sandbox as an agent run's workspace.
+
+It selects the workspace and nothing else: compose it with tools that use one, such as harness
+`Shell`, `FileSystem` or `Coder`. Selecting does no I/O; the backend creates or attaches on first
+use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.tools import AgentDepsT, RunContext
+from pydantic_ai.workspaces import WorkspaceRef
+
+from lizard_core.config import Size
+
+from ._backend import (
+    DEFAULT_LIFETIME_MS,
+    DEFAULT_SIZE,
+    DEFAULT_TEMPLATE,
+    DEFAULT_WORKING_DIR,
+    PROVIDER,
+    LizardSandboxBackend,
+    check_ref,
+)
+
+__all__ = ["LizardSandbox"]
+
+
+@dataclass(kw_only=True)
+class LizardSandbox(AbstractCapability[AgentDepsT]):
+    """Supply a Lizard sandbox (a Firecracker microVM) as the run's workspace.
+
+    A run without a reference gets a fresh sandbox; a run continuing from a `WorkspaceRef` (passed
+    as `workspace=` or found in `message_history`) attaches to that sandbox, and fails with
+    `WorkspaceUnavailableError` if it is gone rather than starting a replacement. A run ending
+    never destroys its sandbox: call `destroy(ref)` when it is no longer needed, or let its
+    lifetime run out. Every field is validated here, with no API call.
+    """
+
+    project_id: str | None = None
+    """Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`."""
+
+    size: Size = DEFAULT_SIZE
+    """Machine size of a new sandbox: `nano`, `mini`, `small`, `medium`, `large` or `big`."""
+
+    lifetime_ms: int = DEFAULT_LIFETIME_MS
+    """Lifetime of a new sandbox in milliseconds; when it runs out, the sandbox and its files go."""
+
+    working_dir: str = DEFAULT_WORKING_DIR
+    """Absolute directory commands start in and relative paths resolve against; made if missing."""
+
+    env: Mapping[str, str] | None = field(default=None, repr=False)
+    """Variables every command gets, also on an attached sandbox. Nothing is read from the host."""
+
+    api_key: str | None = field(default=None, repr=False)
+    """Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host."""
+
+    api_url: str | None = None
+    """Lizard API URL; `LIZARD_API_URL`, else the cloud. HTTPS except for loopback addresses."""
+
+    template: str = DEFAULT_TEMPLATE
+    """Template of a new sandbox: `interpreter` (Python with the data stack) or `base`."""
+
+    region: str | None = None
+    """Region of a new sandbox; Lizard's default when `None`."""
+
+    envs: Mapping[str, str] | None = field(default=None, repr=False)
+    """Variables set on a new sandbox itself, for every process it runs."""
+
+    internet_access: bool = True
+    """Whether a new sandbox may reach the internet."""
+
+    keep_alive: bool = False
+    """Extend the sandbox's lifetime while the backend is in use."""
+
+    def __post_init__(self) -> None:
+        if self.defer_loading:
+            raise UserError(
+                "LizardSandbox cannot defer loading: a run selects its workspace before deferred "
+                "capabilities load."
+            )
+        self._backend(None)  # Validates every field; builds no sandbox and makes no request.
+
+    def _backend(self, ref: WorkspaceRef | None) -> LizardSandboxBackend:
+        return LizardSandboxBackend(
+            ref=ref,
+            project_id=self.project_id,
+            api_key=self.api_key,
+            size=self.size,
+            lifetime_ms=self.lifetime_ms,
+            working_dir=self.working_dir,
+            env=self.env,
+            api_url=self.api_url,
+            template=self.template,
+            region=self.region,
+            envs=self.envs,
+            internet_access=self.internet_access,
+            keep_alive=self.keep_alive,
+        )
+
+    def backend(self, ref: WorkspaceRef) -> LizardSandboxBackend:
+        """A backend that attaches to the sandbox `ref` names on first use (no I/O here)."""
+        check_ref(ref)
+        return self._backend(ref)
+
+    async def destroy(self, ref: WorkspaceRef) -> None:
+        """Destroy the sandbox `ref` names; one already gone counts as destroyed.
+
+        Nothing is created or attached to do it.
+        """
+        await self.backend(ref).destroy()
+
+    def get_workspace(
+        self, ctx: RunContext[AgentDepsT], *, ref: WorkspaceRef | None
+    ) -> LizardSandboxBackend | None:
+        """The backend for this run, or `None` for another provider's `ref`. No I/O here."""
+        del ctx
+        if ref is not None and ref.provider != PROVIDER:
+            return None
+        return self._backend(ref)

@@ -1,0 +1,115 @@
+"""The one place that maps `lizard_core` errors onto what Pydantic AI's workspace protocol promises.
+
+Contract (from `pydantic_ai/workspaces/protocol.py`):
+
+- a sandbox that is gone (destroyed, expired, never existed), and credentials or billing that no
+  retry can fix, are `WorkspaceUnavailableError`; the provider's text for a rejected key is never
+  passed on. A command or file operation whose stream broke off is checked against the sandbox:
+  if it is gone (destroyed mid-command), that is `WorkspaceUnavailableError` too;
+- a command past its `timeout` is `WorkspaceTimeoutError` and one past its output cap is
+  `WorkspaceOutputLimitError`, both carrying the partial output decoded like a result;
+- a guest program that died or stalled in a live sandbox is a `WorkspaceError`;
+- path-level failures are already builtin `OSError`s in `lizard_core.files` and pass unchanged;
+- everything else, transient failures above all (5xx, dropped connections, rate limits), propagates
+  unchanged so that durable engines can retry it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from pydantic_ai.workspaces import (
+    WorkspaceError,
+    WorkspaceOutputLimitError,
+    WorkspaceTimeoutError,
+    WorkspaceUnavailableError,
+)
+
+from lizard_core import errors as core
+from lizard_core.session import Session
+
+__all__ = ["decode_output", "sandbox_is_gone", "translate", "workspace_errors"]
+
+
+def decode_output(data: bytes) -> str:
+    """Decode captured output for the model: invalid UTF-8 becomes U+FFFD, never dropped."""
+    return data.decode("utf-8", errors="replace")
+
+
+def _gone_message(sandbox_id: str | None) -> str:
+    which = f"The Lizard sandbox {sandbox_id!r}" if sandbox_id else "The Lizard sandbox"
+    return (
+        f"{which} no longer exists: it was destroyed or its lifetime ran out. "
+        "Its files are gone; start a new workspace (for a run, pass workspace='new')."
+    )
+
+
+def translate(
+    error: core.LizardIntegrationError, *, sandbox_id: str | None, output_limit: int
+) -> BaseException:
+    """The exception the workspace protocol wants for `error`; `error` itself to propagate it."""
+    if isinstance(error, core.SandboxGoneError):
+        return WorkspaceUnavailableError(_gone_message(sandbox_id))
+    if isinstance(error, core.CredentialsError):
+        # Fixed wording: provider text for a rejected key can echo the key.
+        return WorkspaceUnavailableError(
+            "Lizard rejected the credentials. Set a valid LIZARD_API_KEY (and LIZARD_PROJECT_ID) "
+            "on the host, or pass api_key= and project_id=."
+        )
+    if isinstance(error, core.QuotaError):
+        if error.retry_after is not None:
+            return error  # a rate limit: a later retry can succeed
+        where = f" Open {error.url} to resolve it." if error.url else ""
+        return WorkspaceUnavailableError(f"Lizard refused the request: {error}.{where}")
+    if isinstance(error, core.CommandTimeoutError):
+        return WorkspaceTimeoutError(
+            str(error), stdout=decode_output(error.stdout), stderr=decode_output(error.stderr)
+        )
+    if isinstance(error, core.OutputLimitError):
+        return WorkspaceOutputLimitError(
+            f"{error} Redirect the output to a file and read part of it instead.",
+            limit=error.limit or output_limit,
+            stdout=decode_output(error.stdout),
+            stderr=decode_output(error.stderr),
+        )
+    if isinstance(error, core.GuestProtocolError):
+        # The sandbox answers but its helper broke off (killed, out of memory): the environment
+        # may still be usable, so this is a deliberate failure, not "unavailable".
+        return WorkspaceError(f"The operation's helper in the Lizard sandbox failed: {error}")
+    return error
+
+
+async def sandbox_is_gone(session: Session) -> bool:
+    """Whether the session's sandbox no longer exists; one request, made only after a failure.
+
+    Stop-gap: lizard_core does not yet tell a stream cut by a destroyed sandbox from a transient
+    drop, so the adapter asks. This belongs in lizard_core (raise `SandboxGoneError` there).
+    """
+    if session.sandbox_id is None:
+        return False
+    try:
+        sandbox = await session.asandbox()
+        info = await session.acall(sandbox.get_info, idempotent=True)
+    except core.SandboxGoneError:
+        return True
+    except core.LizardIntegrationError:
+        return False  # could not tell: keep the original error
+    return getattr(info, "status", None) not in (None, "", "running", "ready")
+
+
+@asynccontextmanager
+async def workspace_errors(session: Session, *, output_limit: int = 0) -> AsyncIterator[None]:
+    """Re-raise a `lizard_core` error from the block as the workspace protocol wants it."""
+    try:
+        yield
+    except core.LizardIntegrationError as error:
+        sandbox_id = session.sandbox_id
+        if isinstance(error, core.GuestProtocolError | core.TransientError) and (
+            await sandbox_is_gone(session)
+        ):
+            raise WorkspaceUnavailableError(_gone_message(sandbox_id)) from error
+        mapped = translate(error, sandbox_id=sandbox_id, output_limit=output_limit)
+        if mapped is error:
+            raise
+        raise mapped from error
