@@ -129,6 +129,20 @@ def tests(session: nox.Session, package: str, bound: str) -> None:
 
 
 @nox.session(python=DEFAULT_PYTHON, tags=["offline"])
+def tests_sdk_0_1(session: nox.Session) -> None:
+    """lizard-local's tests driven by lizard-sdk 0.1.82, the SDK the 0.1.0 adapters pinned."""
+    session.install(*_group("test"))
+    session.install("-e", "packages/lizard-local[interpreter]", "lizard-sdk==0.1.82")
+    # The adapter contract tests need lizard_core, which needs lizard-sdk 1.0.
+    session.run(
+        "pytest",
+        "packages/lizard-local/tests",
+        "--ignore=packages/lizard-local/tests/test_contract.py",
+        *session.posargs,
+    )
+
+
+@nox.session(python=DEFAULT_PYTHON, tags=["offline"])
 def workspace(session: nox.Session) -> None:
     """Cross-package tests: lockstep versions, packaging, docs snippets, the adapter kit."""
     session.install(*_group("test"), "build", "hatchling>=1.27")
