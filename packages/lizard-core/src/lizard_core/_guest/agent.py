@@ -1,0 +1,577 @@
+"""The guest agent: one operation per run, answered as JSON lines on stdout.
+
+Runs inside the sandbox on any Python 3.8 or newer, standard library only, as
+``python3 -I -S -c <this program> <call id> <k> <request part>... <data>...``. The host
+strips docstrings, comments and annotations before sending it (see
+``lizard_core._guest.program``), so write them freely.
+
+Wire contract (the host side is ``lizard_core.guest``):
+
+- The request is JSON, base64-encoded and split over ``k`` argv items (each under the kernel's
+  128 KiB per-argument limit); any further argv items are base64 data pieces for ``write``.
+- Every stdout line is one compact ASCII JSON object with a type ``t``: first ``pid`` (this
+  process, so the host can signal it), then operation frames, then exactly one ``end`` frame with
+  the outcome. ``hb`` heartbeats are written whenever nothing else was for ``HEARTBEAT_S``.
+- A frame that carries ``pg`` names a process group this agent owns, for the host to kill if the
+  agent stops answering.
+- Path errors end with ``{"t": "end", "err": [errno, strerror, filename]}``; bugs with ``bug``.
+"""
+
+from __future__ import annotations
+
+import _thread
+import binascii
+import errno
+import json
+import os
+import stat
+import sys
+import time
+import zlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
+    from typing import Any, Callable, Dict, List, Optional
+
+    Frame = Dict[str, Any]
+
+# Job directories (spilled output, file chunks) live here; cleanup never touches anything else.
+JOBS_ROOT = "/tmp/.lizard-core"
+# Raw bytes per data frame: base64 makes a 32 KiB line, half the platform's 64 KiB line split.
+FRAME_BYTES = 24 * 1024
+COPY_BYTES = 1024 * 1024
+HEARTBEAT_S = 2.5
+SIGTERM = 15
+
+# Start-up time is paid on every request: the module imports only what every operation needs
+# (threads and base64 through their C modules), and each operation imports the rest.
+_lock = _thread.allocate_lock()
+_last_write = [time.monotonic()]
+_host_gone: List[bool] = []
+
+
+def emit(frame: Frame) -> None:
+    """Write one frame as one line; a vanished host stops this agent at the next frame."""
+    data = (json.dumps(frame, separators=(",", ":")) + "\n").encode("ascii")
+    with _lock:
+        if _host_gone:
+            return
+        try:
+            while data:
+                data = data[os.write(1, data) :]
+        except OSError:
+            # Nobody reads our frames any more: stop the operation (op_run kills its group).
+            _host_gone.append(True)
+            os.kill(os.getpid(), SIGTERM)
+        _last_write[0] = time.monotonic()
+
+
+def heartbeat(interval: float) -> None:
+    """Keep the stream alive while an operation is silent (httpx times out idle reads)."""
+    while not _host_gone:
+        time.sleep(interval / 4)
+        if time.monotonic() - _last_write[0] >= interval:
+            emit({"t": "hb"})
+
+
+def b64(data: bytes) -> str:
+    """Base64 text for a frame."""
+    return binascii.b2a_base64(data, newline=False).decode("ascii")
+
+
+def emit_data(kind: str, data: bytes, extra: Optional[Frame] = None) -> None:
+    """Send bytes as frames of at most ``FRAME_BYTES`` each."""
+    for start in range(0, len(data), FRAME_BYTES):
+        frame = {"t": kind, "d": b64(data[start : start + FRAME_BYTES])}
+        if extra:
+            frame.update(extra)
+        emit(frame)
+
+
+def job_dir(req: Frame) -> str:
+    """This call's job directory (or the one the host reuses), created on first use, mode 0700."""
+    path = req.get("job") or os.path.join(JOBS_ROOT, req["call"])
+    if os.path.dirname(os.path.normpath(path)) != JOBS_ROOT:
+        raise ValueError("not a job directory: %r" % path)
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    return path
+
+
+def cleanup(paths: List[str]) -> None:
+    """Remove job directories the host has finished with (only under ``JOBS_ROOT``)."""
+    import shutil
+
+    for path in paths:
+        if os.path.dirname(os.path.normpath(path)) == JOBS_ROOT:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def kill_group(pgid: int, sig: int) -> bool:
+    """Signal a process group; False once it has no members left."""
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except OSError:
+        return False
+
+
+def exit_code(rc: int) -> int:
+    """Shell convention: death by signal N is 128 + N."""
+    return 128 - rc if rc < 0 else rc
+
+
+def op_run(req: Frame) -> Frame:
+    """Run a command with stdin at EOF, streaming output and spilling past the budget."""
+    import selectors
+    import signal
+    import subprocess
+
+    argv = req["argv"]
+    cwd = req.get("cwd")
+    limit, budget = req["limit"], req["budget"]
+    if cwd is not None and not stat.S_ISDIR(os.stat(cwd).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+    env = dict(os.environ)
+    env.update(req.get("env") or {})
+    stop: List[int] = []
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+
+    # Installed before the command starts, so a cancellation can never kill this agent and
+    # orphan the command. execve resets caught signals, so the command gets the defaults.
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_stop)
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            # Its own session and process group: timeout and cancellation kill exactly this
+            # group, never what the command detached into a session of its own.
+            start_new_session=True,
+        )
+    except OSError as exc:
+        code = 127 if exc.errno == errno.ENOENT else 126
+        why = "command not found" if code == 127 else exc.strerror
+        message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
+        emit_data("o", message, {"s": 2})
+        return {"rc": code, "n": [0, len(message)], "sp": [None, None]}
+
+    pgid = proc.pid
+    emit({"t": "start", "pg": pgid})
+    sel = selectors.DefaultSelector()
+    sel.register(wake_r, selectors.EVENT_READ, 0)
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    pipes = {1: proc.stdout.fileno(), 2: proc.stderr.fileno()}
+    for index, fd in pipes.items():
+        os.set_blocking(fd, False)
+        sel.register(fd, selectors.EVENT_READ, index)
+    total = [0, 0, 0]
+    streamed = [0]
+    spill: List[Any] = [None, None, None]
+    over = False
+
+    def take(index: int, data: bytes) -> None:
+        nonlocal over
+        room = limit - total[index]
+        if len(data) > room:
+            data, over = data[: max(room, 0)], True
+        total[index] += len(data)
+        if spill[index] is None:
+            head = data[: max(budget - streamed[0], 0)]
+            streamed[0] += len(head)
+            emit_data("o", head, {"s": index})
+            data = data[len(head) :]
+            if data:
+                spill[index] = open(os.path.join(job_dir(req), str(index)), "wb")
+        if data:
+            spill[index].write(data)
+
+    timeout = req.get("timeout")
+    started = time.monotonic()
+    deadline: Optional[float] = None if timeout is None else started + timeout
+    timed_out = False
+    rc: Optional[int] = None
+    exited_at: Optional[float] = None
+    last_data = started
+    stop_at: Optional[float] = None
+    while True:
+        now = time.monotonic()
+        if rc is None:
+            rc = proc.poll()
+            if rc is not None:
+                exited_at = last_data = now
+        if (over or (deadline is not None and now >= deadline)) and rc is None:
+            timed_out = timed_out or not over
+            kill_group(pgid, signal.SIGKILL)
+            deadline = None
+        if stop and stop_at is None:
+            stop_at = now
+            kill_group(pgid, signal.SIGTERM)
+        if stop_at is not None and now - stop_at > 1.0:
+            kill_group(pgid, signal.SIGKILL)
+        if len(sel.get_map()) == 1:
+            if rc is not None:
+                break
+        elif exited_at is not None and (now - last_data > 0.1 or now - exited_at > 1.0):
+            # The command has exited; whatever still holds its pipes (a background child)
+            # must not hold up the result.
+            break
+        wait = 0.05 if (exited_at is not None or stop_at is not None) else 1.0
+        if deadline is not None:
+            wait = min(wait, max(deadline - now, 0))
+        for key, _ in sel.select(wait):
+            if key.data == 0:
+                try:
+                    while os.read(wake_r, 512):
+                        pass
+                except OSError:
+                    pass
+                continue
+            try:
+                data = os.read(key.fd, 65536)
+            except BlockingIOError:
+                continue
+            if data:
+                last_data = time.monotonic()
+                take(key.data, data)
+            else:
+                sel.unregister(key.fd)
+    if rc is None:
+        rc = proc.wait()
+    for handle in spill:
+        if handle is not None:
+            handle.close()
+    proc.stdout.close()
+    proc.stderr.close()
+    return {
+        "rc": exit_code(rc),
+        "n": total[1:],
+        "sp": [None if h is None else h.name for h in spill[1:]],
+        "to": timed_out,
+        "ol": over,
+        "x": bool(stop),
+    }
+
+
+def entry(path: str, name: str) -> List[Any]:
+    """``[name, kind, is_dir (following links), size of a regular file, mode, mtime_ns, link]``."""
+    st = os.lstat(path)
+    kind = "other"
+    for test, label in (
+        (stat.S_ISREG, "file"),
+        (stat.S_ISDIR, "dir"),
+        (stat.S_ISLNK, "symlink"),
+        (stat.S_ISFIFO, "fifo"),
+        (stat.S_ISSOCK, "socket"),
+        (stat.S_ISCHR, "char"),
+        (stat.S_ISBLK, "block"),
+    ):
+        if test(st.st_mode):
+            kind = label
+            break
+    target = st
+    link = None
+    if kind == "symlink":
+        link = os.readlink(path)
+        try:
+            target = os.stat(path)
+        except OSError:
+            pass  # dangling or looping: describe the link itself
+    size = target.st_size if stat.S_ISREG(target.st_mode) else None
+    return [
+        name,
+        kind,
+        stat.S_ISDIR(target.st_mode),
+        size,
+        stat.S_IMODE(st.st_mode),
+        st.st_mtime_ns,
+        link,
+    ]
+
+
+def op_stat(req: Frame) -> Frame:
+    """Describe one path."""
+    path = req["path"]
+    return {"e": entry(path, os.path.basename(path))}
+
+
+def op_list(req: Frame) -> Frame:
+    """List a directory in frames of entries; past the budget the rest spills to a job file."""
+    path = req["path"]
+    budget = req["budget"]
+    sent = 0
+    batch: List[Any] = []
+    size = 0
+    spilled = None
+    count = 0
+    with os.scandir(path) as entries:
+        for item in entries:
+            try:
+                row = entry(item.path, item.name)
+            except FileNotFoundError:
+                continue  # removed while we listed
+            count += 1
+            line = json.dumps(row, separators=(",", ":"))
+            if spilled is not None:
+                spilled.write(line + "\n")
+                continue
+            if sent + size + len(line) > budget:
+                if batch:
+                    emit({"t": "e", "e": batch})
+                    batch = []
+                spilled = open(os.path.join(job_dir(req), "list"), "w", encoding="ascii")
+                spilled.write(line + "\n")
+                continue
+            batch.append(row)
+            size += len(line) + 1
+            if size > FRAME_BYTES:
+                emit({"t": "e", "e": batch})
+                sent += size
+                batch, size = [], 0
+    if batch:
+        emit({"t": "e", "e": batch})
+    if spilled is not None:
+        spilled.close()
+    return {"n": count, "sp": None if spilled is None else spilled.name}
+
+
+def op_exists(req: Frame) -> Frame:
+    """Whether the path exists, following symlinks (a dangling link does not exist)."""
+    return {"v": os.path.exists(req["path"])}
+
+
+def op_realpath(req: Frame) -> Frame:
+    """``os.path.realpath``: links resolved, missing components kept, loops not followed."""
+    return {"v": os.path.realpath(req["path"])}
+
+
+def op_mkdir(req: Frame) -> Frame:
+    """``mkdir -p``: an existing directory is fine, an existing file is FileExistsError."""
+    os.makedirs(req["path"], exist_ok=True)
+    return {}
+
+
+def op_remove(req: Frame) -> Frame:
+    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths."""
+    path = req["path"].rstrip("/") or "/"
+    head, name = os.path.split(path)
+    if name not in ("", ".", "..") and os.path.islink(path):
+        canonical = os.path.join(os.path.realpath(head), name)
+    else:
+        canonical = os.path.realpath(path)
+    for protected in ["/"] + [os.path.realpath(p) for p in req.get("protect", [])]:
+        if canonical == protected or protected.startswith(canonical.rstrip("/") + "/"):
+            return {"refused": canonical}
+    # Remove the checked path itself, not a spelling of it that could resolve differently.
+    if stat.S_ISDIR(os.lstat(canonical).st_mode):
+        import shutil
+
+        shutil.rmtree(canonical)
+    else:
+        os.unlink(canonical)
+    return {}
+
+
+def open_regular(path: str) -> Any:
+    """Open for reading without blocking on a FIFO; only regular files pass."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode):
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb"), st
+    os.close(fd)
+    if stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    raise OSError(errno.EINVAL, "Not a regular file", path)
+
+
+def identity(st: os.stat_result) -> List[int]:
+    """What must stay the same between the chunks of one read."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+
+
+def copy_range(source: Any, out: str, length: int) -> int:
+    """Copy up to ``length`` bytes to a fresh job file, a block at a time."""
+    copied = 0
+    with open(out, "wb") as target:
+        while copied < length:
+            block = source.read(min(COPY_BYTES, length - copied))
+            if not block:
+                break
+            target.write(block)
+            copied += len(block)
+    return copied
+
+
+def op_read(req: Frame) -> Frame:
+    """Small files come back in frames; large ones are named for the host to fetch.
+
+    Up to ``zip`` bytes, a file whose zlib form fits the ``inline`` budget comes back in frames
+    too (text usually does), which saves the host a second request.
+    """
+    handle, st = open_regular(req["path"])
+    with handle:
+        size = st.st_size
+        if req["inline"] < size <= req.get("zip", 0):
+            data = handle.read(size)
+            packed = zlib.compress(data, 1)
+            if len(packed) <= req["inline"]:
+                emit_data("d", packed)
+                return {"n": len(data), "z": True}
+            handle.seek(0)
+        if size <= req["inline"]:
+            # What was there when it was opened; a file growing meanwhile is read up to that.
+            data = handle.read(size)
+            emit_data("d", data)
+            return {"n": len(data)}
+        result: Frame = {"size": size, "id": identity(st)}
+        if size > req["chunk"]:
+            out = os.path.join(job_dir(req), "chunk")
+            result["part"] = [out, copy_range(handle, out, req["chunk"])]
+        return result
+
+
+def op_chunk(req: Frame) -> Frame:
+    """Copy one chunk of a large file to the job file, if the file is still the same one."""
+    handle, st = open_regular(req["path"])
+    with handle:
+        if identity(st) != req["id"]:
+            raise OSError(errno.EAGAIN, "File changed while it was being read", req["path"])
+        handle.seek(req["off"])
+        out = os.path.join(job_dir(req), "chunk")
+        return {"part": [out, copy_range(handle, out, req["len"])]}
+
+
+def ensure_parent(parent: str) -> None:
+    """``mkdir -p`` for a file's parent; a file in the way is NotADirectoryError."""
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except FileExistsError:
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), parent) from None
+
+
+def op_write(req: Frame) -> Frame:
+    """Write through symlinks into a temporary sibling, then rename it over the target."""
+    path = req["path"]
+    real = os.path.realpath(path)
+    parent, name = os.path.split(real)
+    try:
+        st: Optional[os.stat_result] = os.stat(real)
+    except FileNotFoundError:
+        st = None
+    if st is None:
+        ensure_parent(parent)
+    elif stat.S_ISDIR(st.st_mode):
+        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
+    elif not stat.S_ISREG(st.st_mode):
+        raise OSError(errno.EINVAL, "Not a regular file", path)
+    elif not os.access(real, os.W_OK):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+    temporary = os.path.join(parent, ".lizard-%s.tmp" % req["call"])
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    written = 0
+    try:
+        with os.fdopen(fd, "wb") as target:
+            if st is not None:
+                # Replace, but keep what a rewrite in place would have kept.
+                os.fchmod(target.fileno(), stat.S_IMODE(st.st_mode))
+                try:
+                    os.fchown(target.fileno(), st.st_uid, st.st_gid)
+                except OSError:
+                    pass
+            for piece in req["pieces"]:
+                block = binascii.a2b_base64(piece)
+                target.write(block)
+                written += len(block)
+            for staged in req.get("staged", []):
+                with open(staged, "rb") as source:
+                    while True:
+                        block = source.read(COPY_BYTES)
+                        if not block:
+                            break
+                        target.write(block)
+                        written += len(block)
+                os.unlink(staged)  # frees the disk as the copy proceeds
+        os.replace(temporary, real)
+        if req.get("staged"):
+            try:
+                os.rmdir(os.path.dirname(req["staged"][0]))  # the upload's job directory
+            except OSError:
+                pass
+    except BaseException:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
+        raise
+    return {"n": written}
+
+
+def op_signal(req: Frame) -> Frame:
+    """Signal another agent by pid, only if its argv still carries the expected call id."""
+    pid = req["pid"]
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            if req["cid"].encode("ascii") not in handle.read().split(b"\0"):
+                return {"v": False}  # the pid now belongs to someone else
+    except OSError:
+        pass  # gone already (its groups may not be), or no /proc
+    try:
+        os.kill(pid, req["sig"])
+        found = True
+    except ProcessLookupError:
+        found = False
+    for pgid in req.get("pg", []):
+        kill_group(pgid, req["sig"])
+    return {"v": found}
+
+
+OPS: Dict[str, Callable[[Frame], Frame]] = {
+    "run": op_run,
+    "stat": op_stat,
+    "list": op_list,
+    "exists": op_exists,
+    "realpath": op_realpath,
+    "mkdir": op_mkdir,
+    "remove": op_remove,
+    "read": op_read,
+    "chunk": op_chunk,
+    "write": op_write,
+    "signal": op_signal,
+}
+
+
+def main() -> None:
+    """Decode the request, run its operation, and always finish with an ``end`` frame."""
+    emit({"t": "pid", "pid": os.getpid()})
+    call = sys.argv[1]
+    parts = int(sys.argv[2])
+    req = json.loads(binascii.a2b_base64("".join(sys.argv[3 : 3 + parts])))
+    req["call"] = call
+    req["pieces"] = sys.argv[3 + parts :]
+    _thread.start_new_thread(heartbeat, (req.get("hb", HEARTBEAT_S),))
+    if req.get("rm"):
+        cleanup(req["rm"])
+    try:
+        result = OPS[req["op"]](req)
+    except OSError as exc:
+        result = {"err": [exc.errno, exc.strerror, exc.filename]}
+    except Exception as exc:
+        result = {"bug": "%s: %s" % (type(exc).__name__, exc)}
+    result["t"] = "end"
+    emit(result)
+
+
+if __name__ == "__main__":
+    main()

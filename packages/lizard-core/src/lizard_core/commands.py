@@ -1,0 +1,295 @@
+"""Run a command in the sandbox: exact bytes, exit code, timeout, output limit, cancellation.
+
+Contract (proven against lizard-local in ``tests/test_commands.py``):
+
+- **Form.** An argv sequence runs as is, with no shell (``PATH`` lookup for ``argv[0]``); a
+  string needs ``shell=True`` and runs as ``/bin/sh -c <string>``. A mismatch is a TypeError;
+  an empty argv, NUL bytes, a relative ``cwd`` or a bad ``env`` a ValueError, all before any
+  request (and before a sandbox is created).
+- **Environment.** The command sees the sandbox's own environment plus exactly the ``env``
+  passed here; nothing is copied from the host. ``env`` reaches only the command, never the
+  guest agent's Python. stdin is at EOF.
+- **Result.** :class:`CommandResult` has the real exit code (a non-zero exit is a result, not an
+  error), and stdout and stderr as exact bytes, binary-safe. A missing program exits 127, one
+  that cannot be executed 126, death by signal N gives 128 + N.
+- **Completion.** The result is returned when the command's own process exits and its pipes
+  are drained, after at most a short grace (0.1 s idle, 1 s in all) when a background child
+  keeps them open; such a child is left running.
+- **Timeout.** ``timeout`` seconds are enforced in the guest: the command's process group is
+  killed and :class:`~lizard_core.errors.CommandTimeoutError` carries the output produced
+  before. The host gives up :data:`DEADLINE_MARGIN_S` later if the guest does not answer; a
+  guest that stops answering at all is detected within ``guest.STALL_S``.
+- **Output limit.** Each stream keeps at most ``output_limit`` bytes; passing it kills the
+  command's process group and raises :class:`~lizard_core.errors.OutputLimitError` with the
+  bytes kept. Output is never cut silently.
+- **Cost.** One request when the output fits :data:`STREAM_BUDGET` (both streams together).
+  Past it the guest spills the rest of each stream to a job file, fetched with one
+  ``GET files`` per spilled stream; the job directory is removed by the next guest request on
+  the sandbox, so cleanup costs no request of its own.
+- **Live output.** ``on_stdout`` / ``on_stderr`` receive each chunk of bytes as it arrives
+  (spilled output arrives at the end, in one chunk per stream). With :func:`arun_command`
+  they run in the event loop's thread.
+- **Cancellation.** Cancelling :func:`arun_command`'s task (or Ctrl-C during
+  :func:`run_command`) stops the command's foreground process group (``SIGTERM``, then
+  ``SIGKILL`` after a second) through a second exec, waits for the guest to finish, then
+  propagates. Processes the command detached into a session of their own are not touched.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
+from lizard_core.guest import (
+    Cancellation,
+    Frame,
+    arun_cancellable,
+    check_outcome,
+    fetch_file,
+    loop_callback,
+    run_guest,
+    schedule_cleanup,
+)
+from lizard_core.session import Session
+
+__all__ = [
+    "DEADLINE_MARGIN_S",
+    "DEFAULT_OUTPUT_LIMIT",
+    "STREAM_BUDGET",
+    "UNTIMED_EXEC_S",
+    "CommandResult",
+    "arun_command",
+    "run_command",
+]
+
+DEFAULT_OUTPUT_LIMIT: Final = 10 * 1024 * 1024
+"""Bytes kept per stream before :class:`~lizard_core.errors.OutputLimitError`."""
+STREAM_BUDGET: Final = 256 * 1024
+"""Output bytes (both streams) sent inside the exec stream; the rest is spilled to files.
+
+Base64 and framing make that about 350 KiB of SSE lines, inside the 512 KiB per-stream cap the
+platform applies to exec output.
+"""
+DEADLINE_MARGIN_S: Final = 15.0
+"""How long after ``timeout`` the host waits for the guest's answer before giving up."""
+UNTIMED_EXEC_S: Final = 3600.0
+"""The platform's limit for a command run without ``timeout`` (the exec must name one)."""
+_EXEC_MARGIN_S: Final = 30.0
+
+OutputCallback = Callable[[bytes], object]
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """A finished command: its exit code and exact output bytes."""
+
+    exit_code: int
+    """The real exit code; 127 missing program, 126 not executable, 128 + N killed by signal N."""
+    stdout: bytes
+    """Everything the command wrote to stdout."""
+    stderr: bytes
+    """Everything the command wrote to stderr."""
+
+
+@dataclass(frozen=True)
+class _Spec:
+    argv: list[str]
+    cwd: str | None
+    env: dict[str, str]
+    timeout: float | None
+    output_limit: int
+
+
+def _validate(
+    command: str | Sequence[str],
+    shell: bool,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    timeout: float | None,
+    output_limit: int,
+    on_stdout: OutputCallback | None,
+    on_stderr: OutputCallback | None,
+) -> _Spec:
+    if type(shell) is not bool:
+        raise TypeError("shell must be a bool")
+    if isinstance(command, str):
+        if not shell:
+            raise TypeError("a string command needs shell=True; pass an argv list otherwise")
+        argv = ["/bin/sh", "-c", command]
+    elif not isinstance(command, Sequence) or isinstance(command, bytes | bytearray):  # type: ignore[unreachable]
+        raise TypeError("command must be an argv sequence of str, or a str with shell=True")
+    else:
+        if shell:
+            raise TypeError("shell=True needs a string command; pass an argv list without it")
+        argv = list(command)
+        if not argv:
+            raise ValueError("the argv must not be empty")
+        if not all(isinstance(arg, str) for arg in argv):
+            raise TypeError("every argv item must be a str")
+    if any("\0" in arg for arg in argv):
+        raise ValueError("the command must not contain NUL characters")
+    if cwd is not None:
+        if not isinstance(cwd, str):
+            raise TypeError("cwd must be a str or None")
+        if not posixpath.isabs(cwd) or "\0" in cwd:
+            raise ValueError("cwd must be an absolute path without NUL")
+    env_dict: dict[str, str] = {}
+    if env is not None:
+        if not isinstance(env, Mapping):
+            raise TypeError("env must be a mapping of str to str")
+        for key, value in env.items():
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("env keys and values must be str")
+            if not key or "=" in key or "\0" in key or "\0" in value:
+                raise ValueError(f"invalid environment variable {key!r}")
+            env_dict[key] = value
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+            raise TypeError("timeout must be a number of seconds or None")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise ValueError("timeout must be positive and finite, or None")
+    if isinstance(output_limit, bool) or not isinstance(output_limit, int):
+        raise TypeError("output_limit must be an int")
+    if output_limit <= 0:
+        raise ValueError("output_limit must be positive")
+    for name, callback in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
+        if callback is not None and not callable(callback):
+            raise TypeError(f"{name} must be callable or None")
+    return _Spec(argv, cwd, env_dict, None if timeout is None else float(timeout), output_limit)
+
+
+def _execute(
+    session: Session,
+    sandbox: Any,
+    spec: _Spec,
+    on_stdout: Callable[[bytes], object] | None,
+    on_stderr: Callable[[bytes], object] | None,
+    cancel: Cancellation | None,
+) -> CommandResult:
+    """The blocking body shared by the sync and async faces."""
+    streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
+    callbacks = {1: on_stdout, 2: on_stderr}
+
+    def on_frame(frame: Frame) -> None:
+        if frame["t"] != "o":
+            return
+        index = frame["s"]
+        data = base64.b64decode(frame["d"])
+        streams[index] += data
+        callback = callbacks[index]
+        if callback is not None:
+            callback(data)
+
+    request = {
+        "op": "run",
+        "argv": spec.argv,
+        "cwd": spec.cwd,
+        "env": spec.env,
+        "timeout": spec.timeout,
+        "limit": spec.output_limit,
+        "budget": STREAM_BUDGET,
+    }
+    if spec.timeout is None:
+        exec_timeout, deadline = UNTIMED_EXEC_S, None
+    else:
+        exec_timeout = spec.timeout + _EXEC_MARGIN_S
+        deadline = spec.timeout + DEADLINE_MARGIN_S
+    final = check_outcome(
+        run_guest(
+            sandbox,
+            request,
+            on_frame=on_frame,
+            exec_timeout_s=exec_timeout,
+            deadline_s=deadline,
+            cancel=cancel,
+        )
+    )
+    spilled = [path for path in final.get("sp") or () if path]
+    try:
+        for index, path in zip((1, 2), final.get("sp") or (None, None), strict=True):
+            if not path:
+                continue
+            if cancel is not None and cancel.cancelled:
+                raise GuestProtocolError("The command was cancelled while its output was fetched.")
+            data = fetch_file(session, sandbox, path)
+            if data is None:
+                raise GuestProtocolError(f"The command's spilled output {path} vanished.")
+            streams[index] += data
+            callback = callbacks[index]
+            if callback is not None and data:
+                callback(data)
+    finally:
+        for job in {path.rsplit("/", 1)[0] for path in spilled}:
+            schedule_cleanup(sandbox, job)
+    stdout, stderr = bytes(streams[1]), bytes(streams[2])
+    expected = final.get("n")
+    if expected != [len(stdout), len(stderr)]:
+        raise GuestProtocolError(
+            f"The command's output is incomplete: the guest counted {expected} bytes, "
+            f"the host received {[len(stdout), len(stderr)]}."
+        )
+    if final.get("to"):
+        raise CommandTimeoutError(
+            f"The command timed out after {spec.timeout:g} s and was killed.",
+            stdout=stdout,
+            stderr=stderr,
+            timeout=spec.timeout,
+        )
+    if final.get("ol"):
+        raise OutputLimitError(
+            f"The command's output passed {spec.output_limit} bytes on one stream; "
+            "it was killed and its output is incomplete.",
+            stdout=stdout,
+            stderr=stderr,
+            limit=spec.output_limit,
+        )
+    return CommandResult(exit_code=int(final["rc"]), stdout=stdout, stderr=stderr)
+
+
+def run_command(
+    session: Session,
+    command: str | Sequence[str],
+    *,
+    shell: bool = False,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
+) -> CommandResult:
+    """Run ``command`` in the session's sandbox and wait for it (blocking).
+
+    See the module docstring for the contract. Raises
+    :class:`~lizard_core.errors.CommandTimeoutError`,
+    :class:`~lizard_core.errors.OutputLimitError`, ``OSError`` for a bad ``cwd``, and the
+    session's errors (:class:`~lizard_core.errors.SandboxGoneError`, ...).
+    """
+    spec = _validate(command, shell, cwd, env, timeout, output_limit, on_stdout, on_stderr)
+    sandbox = session.sandbox()
+    return _execute(session, sandbox, spec, on_stdout, on_stderr, None)
+
+
+async def arun_command(
+    session: Session,
+    command: str | Sequence[str],
+    *,
+    shell: bool = False,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    # The command's own limit, enforced in the guest; a caller's scope cannot replace it.
+    timeout: float | None = None,  # noqa: ASYNC109
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    on_stdout: OutputCallback | None = None,
+    on_stderr: OutputCallback | None = None,
+) -> CommandResult:
+    """Async :func:`run_command`; cancelling the task stops the command's process group."""
+    spec = _validate(command, shell, cwd, env, timeout, output_limit, on_stdout, on_stderr)
+    sandbox = await session.asandbox()
+    out, err = loop_callback(on_stdout), loop_callback(on_stderr)
+    return await arun_cancellable(lambda cancel: _execute(session, sandbox, spec, out, err, cancel))

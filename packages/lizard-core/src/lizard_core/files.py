@@ -1,0 +1,472 @@
+"""Files in the sandbox with builtin ``OSError`` semantics, one request per operation.
+
+Contract (proven against lizard-local in ``tests/test_files.py``):
+
+- **Paths** are absolute POSIX paths without NUL (else ValueError; a non-str is a TypeError),
+  checked before any request. Operations run as the sandbox's default user.
+- **Errors** are the builtin ``OSError`` subclass for the errno the sandbox reported:
+  FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError.
+  FIFOs, sockets and devices fail fast with ``OSError(EINVAL)`` instead of blocking.
+- :meth:`SandboxFiles.read_bytes` reads a regular file. :meth:`SandboxFiles.write_bytes` writes
+  through symlinks, creates missing parents, and replaces a regular file atomically (a
+  temporary sibling renamed over it, keeping its mode and owner); a directory or special file
+  in the way is refused. :meth:`SandboxFiles.stat` and :meth:`SandboxFiles.list_dir` describe
+  entries, following symlinks for ``is_dir`` and ``size`` (a dangling or looping link is not a
+  directory). :meth:`SandboxFiles.make_dir` is ``mkdir -p``; an existing file is
+  FileExistsError. :meth:`SandboxFiles.remove` removes a file, a symlink (itself) or a tree, and
+  refuses with ValueError ``/``, the protected directories and their ancestors, compared after
+  resolving symlinks. :meth:`SandboxFiles.exists` follows symlinks.
+  :meth:`SandboxFiles.realpath` is ``os.path.realpath`` in the sandbox (missing components kept,
+  loops not followed).
+- **Cost.** One exec request for stat, list_dir (up to :data:`LIST_BUDGET` bytes of entries;
+  past it one more request fetches the rest), exists, realpath, make_dir, remove. One for a
+  read of up to :data:`READ_INLINE` bytes, and up to :data:`READ_COMPRESSED` bytes when the
+  file compresses to fit (returned inside the exec stream, which the platform caps at 512 KiB);
+  otherwise two (the guest checks the file, then ``GET files`` fetches it raw). One for a write
+  of up to :data:`WRITE_INLINE` bytes (carried in the exec's argv). Larger files move in
+  :data:`CHUNK_SIZE` pieces: a read costs 2 requests up to one chunk, then 2 per chunk (copy to
+  a job file, ``GET`` it); a write costs one ``POST files`` per chunk plus one exec that
+  assembles them. The first operation on a new sandbox also pays its create.
+- **Memory.** Besides the data itself (what :meth:`SandboxFiles.read_bytes` returns, or what
+  :meth:`SandboxFiles.write_bytes` was given), a large transfer holds one chunk in flight on
+  the host (plus its base64 form during an upload) and one 1 MiB copy block in the guest, whose
+  job directory holds at most one chunk for a read. :meth:`SandboxFiles.iter_bytes` and
+  :meth:`SandboxFiles.write_chunks` keep whole files out of host memory altogether.
+- **Async.** Every operation has an ``a``-prefixed coroutine. A cancelled task waits for the
+  operation already sent to finish (file operations are short and must not be cut halfway),
+  then propagates.
+"""
+
+from __future__ import annotations
+
+import base64
+import errno
+import itertools
+import json
+import os
+import posixpath
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from lizard_core._bridge import run_blocking
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError
+from lizard_core.guest import (
+    JOBS_ROOT,
+    Frame,
+    GuestNotStartedError,
+    check_outcome,
+    encode_args,
+    fetch_file,
+    run_guest,
+    schedule_cleanup,
+)
+from lizard_core.session import Session
+
+__all__ = [
+    "CHUNK_SIZE",
+    "LIST_BUDGET",
+    "READ_COMPRESSED",
+    "READ_INLINE",
+    "WRITE_INLINE",
+    "FileStat",
+    "SandboxFiles",
+]
+
+T = TypeVar("T")
+
+READ_INLINE: Final = 256 * 1024
+"""Files up to this size come back inside the exec stream: one request."""
+READ_COMPRESSED: Final = 1024 * 1024
+"""Files up to this size also come back in one request when their zlib form fits READ_INLINE
+(text usually does); others past READ_INLINE cost two."""
+WRITE_INLINE: Final = 1024 * 1024
+"""Writes up to this size travel in the exec's argv (about 1.4 MB of base64 in items of 96 KiB,
+under the kernel's 128 KiB per-argument and 2 MiB total limits): one request."""
+CHUNK_SIZE: Final = 4 * 1024 * 1024
+"""Larger files move in pieces of this size, one request (or two, for reads) per piece."""
+LIST_BUDGET: Final = 256 * 1024
+"""Bytes of directory entries sent inside the exec stream; the rest is spilled and fetched."""
+_FILE_EXEC_S: Final = 600.0
+
+
+@dataclass(frozen=True)
+class FileStat:
+    """What :meth:`SandboxFiles.stat` and :meth:`SandboxFiles.list_dir` report for one entry."""
+
+    name: str
+    """The entry's base name."""
+    path: str
+    """The entry's absolute path, as asked (for a listing: the directory joined with ``name``)."""
+    kind: str
+    """The entry itself, not following a symlink: ``file``, ``dir``, ``symlink``, ``fifo``,
+    ``socket``, ``char``, ``block`` or ``other``."""
+    is_dir: bool
+    """Whether it is a directory, following a symlink to its target."""
+    size: int | None
+    """Size in bytes of a regular file (following a symlink); None for anything else."""
+    mode: int
+    """Permission bits of the entry itself, e.g. ``0o644``."""
+    mtime: float
+    """Modification time of the entry itself, in seconds since the epoch."""
+    symlink_target: str | None = None
+    """The link's text, for a symlink."""
+
+    @classmethod
+    def _from_row(cls, path: str, row: Sequence[Any]) -> FileStat:
+        name, kind, is_dir, size, mode, mtime_ns, link = row
+        return cls(
+            name=name,
+            path=path,
+            kind=kind,
+            is_dir=bool(is_dir),
+            size=size,
+            mode=mode,
+            mtime=mtime_ns / 1e9,
+            symlink_target=link,
+        )
+
+
+def _check_path(path: object) -> str:
+    if not isinstance(path, str):
+        raise TypeError(f"path must be a str, not {type(path).__name__}")
+    if not posixpath.isabs(path) or "\0" in path:
+        raise ValueError(f"path must be absolute and without NUL: {path!r}")
+    return path
+
+
+def _check_data(data: object) -> bytes:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise TypeError(f"data must be bytes, not {type(data).__name__}")
+    return data if isinstance(data, bytes) else bytes(data)
+
+
+def _data_frames(frames: list[bytes]) -> Callable[[Frame], None]:
+    def on_frame(frame: Frame) -> None:
+        if frame["t"] == "d":
+            frames.append(base64.b64decode(frame["d"]))
+
+    return on_frame
+
+
+class SandboxFiles:
+    """File operations on a session's sandbox (sync methods, and ``a``-prefixed async ones).
+
+    ``protected`` names directories that :meth:`remove` refuses to delete, with their
+    ancestors (``/`` always is), typically the agent's working directory. Constructing it makes
+    no request; the first operation creates or attaches the sandbox.
+    """
+
+    def __init__(self, session: Session, *, protected: Sequence[str] = ()) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a lizard_core Session, not {type(session).__name__}")
+        if isinstance(protected, str):
+            raise TypeError("protected must be a sequence of paths, not one str")
+        self._session = session
+        self._protected = tuple(_check_path(path) for path in protected)
+
+    @property
+    def session(self) -> Session:
+        """The session whose sandbox these files live in."""
+        return self._session
+
+    @property
+    def protected(self) -> tuple[str, ...]:
+        """Directories :meth:`remove` refuses, with their ancestors."""
+        return self._protected
+
+    # ── blocking bodies (given the sandbox) ──────────────────────────────
+
+    def _op(self, sandbox: Any, request: dict[str, Any], **kwargs: Any) -> Frame:
+        return check_outcome(run_guest(sandbox, request, exec_timeout_s=_FILE_EXEC_S, **kwargs))
+
+    def _get(self, sandbox: Any, path: str, *, ours: bool = False) -> bytes:
+        """Raw bytes through the files endpoint: one request, retried on transient errors.
+
+        ``ours`` marks a job file this module made: its absence is a protocol failure.
+        """
+        data = fetch_file(self._session, sandbox, path)
+        if data is None:
+            if ours:
+                raise GuestProtocolError(f"The job file {path} vanished before it was fetched.")
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path)
+        return data
+
+    def _stat(self, sandbox: Any, path: str) -> FileStat:
+        final = self._op(sandbox, {"op": "stat", "path": path})
+        return FileStat._from_row(path.rstrip("/") or "/", final["e"])
+
+    def _list_dir(self, sandbox: Any, path: str) -> list[FileStat]:
+        rows: list[Any] = []
+
+        def on_frame(frame: Frame) -> None:
+            if frame["t"] == "e":
+                rows.extend(frame["e"])
+
+        final = self._op(
+            sandbox, {"op": "list", "path": path, "budget": LIST_BUDGET}, on_frame=on_frame
+        )
+        spilled = final.get("sp")
+        if spilled:
+            try:
+                text = self._get(sandbox, spilled, ours=True).decode("ascii")
+            finally:
+                schedule_cleanup(sandbox, posixpath.dirname(spilled))
+            rows.extend(json.loads(line) for line in text.splitlines() if line)
+        if len(rows) != final["n"]:
+            raise GuestProtocolError(
+                f"The listing of {path} is incomplete: {len(rows)} of {final['n']} entries."
+            )
+        base = path.rstrip("/") or "/"
+        rows.sort(key=lambda row: row[0])
+        return [FileStat._from_row(posixpath.join(base, row[0]), row) for row in rows]
+
+    def _iter_bytes(self, sandbox: Any, path: str) -> Generator[bytes, None, None]:
+        frames: list[bytes] = []
+        request = {
+            "op": "read",
+            "path": path,
+            "inline": READ_INLINE,
+            "zip": READ_COMPRESSED,
+            "chunk": CHUNK_SIZE,
+        }
+        final = self._op(sandbox, request, on_frame=_data_frames(frames))
+        if "n" in final:
+            data = b"".join(frames)
+            if final.get("z"):
+                data = zlib.decompress(data)
+            if len(data) != final["n"]:
+                raise GuestProtocolError(f"Read {len(data)} of {final['n']} bytes of {path}.")
+            yield data
+            return
+        part = final.get("part")
+        if part is None:
+            # Checked by the guest to be a regular file, so the files endpoint cannot block.
+            yield self._get(sandbox, path)
+            return
+        job = posixpath.dirname(part[0])
+        try:
+            size, offset = final["size"], 0
+            while True:
+                chunk = self._get(sandbox, part[0], ours=True)
+                if len(chunk) != part[1] or not chunk:
+                    raise GuestProtocolError(
+                        f"Chunk of {path} at {offset}: got {len(chunk)} bytes."
+                    )
+                offset += len(chunk)
+                yield chunk
+                if offset >= size:
+                    return
+                chunk = b""  # not ours to keep while the next one is fetched
+                request = {
+                    "op": "chunk",
+                    "path": path,
+                    "off": offset,
+                    "len": CHUNK_SIZE,
+                    "id": final["id"],
+                    "job": job,
+                }
+                part = self._op(sandbox, request)["part"]
+        finally:
+            schedule_cleanup(sandbox, job)
+
+    def _write_chunks(self, sandbox: Any, path: str, chunks: Iterable[bytes]) -> None:
+        pieces = _rechunk(chunks)
+        first = next(pieces, b"")
+        second = next(pieces, None)
+        if second is None and len(first) <= WRITE_INLINE:
+            try:
+                final = self._op(
+                    sandbox, {"op": "write", "path": path}, data_args=encode_args(first)
+                )
+            except LizardIntegrationError as exc:
+                # Nothing ran: the argv or the body was too large for this platform. Upload in
+                # chunks instead.
+                if not isinstance(exc, GuestNotStartedError) and exc.status_code != 413:
+                    raise
+            else:
+                self._check_written(path, final, len(first))
+                return
+        rest = itertools.chain([first], [] if second is None else [second], pieces)
+        self._write_staged(sandbox, path, rest)
+
+    def _write_staged(self, sandbox: Any, path: str, chunks: Iterator[bytes]) -> None:
+        job = f"{JOBS_ROOT}/{uuid.uuid4().hex[:16]}"
+        staged: list[str] = []
+        total = 0
+        committed = False
+        try:
+            for index, chunk in enumerate(chunks):
+                name = f"{job}/w{index:06d}"
+                self._session.call(sandbox.fs.write, name, chunk, idempotent=True)
+                staged.append(name)
+                total += len(chunk)
+            final = self._op(sandbox, {"op": "write", "path": path, "staged": staged})
+            committed = True
+            self._check_written(path, final, total)
+        finally:
+            if staged and not committed:
+                schedule_cleanup(sandbox, job)
+
+    @staticmethod
+    def _check_written(path: str, final: Frame, expected: int) -> None:
+        if final.get("n") != expected:
+            raise GuestProtocolError(f"Wrote {final.get('n')} of {expected} bytes to {path}.")
+
+    def _remove(self, sandbox: Any, path: str) -> None:
+        final = self._op(sandbox, {"op": "remove", "path": path, "protect": list(self._protected)})
+        refused = final.get("refused")
+        if refused is not None:
+            raise ValueError(
+                f"Refusing to remove {path}: it resolves to {refused}, which is / or holds "
+                "a protected directory."
+            )
+
+    def _remove_checked(self, path: str) -> str:
+        path = _check_path(path)
+        if posixpath.normpath(path) in ("/", "//"):
+            raise ValueError("Refusing to remove /.")
+        return path
+
+    # ── sync API ─────────────────────────────────────────────────────────
+
+    def read_bytes(self, path: str) -> bytes:
+        """The contents of the regular file ``path``."""
+        path = _check_path(path)
+        return b"".join(self._iter_bytes(self._session.sandbox(), path))
+
+    def iter_bytes(self, path: str) -> Iterator[bytes]:
+        """The contents of ``path`` in pieces of at most :data:`CHUNK_SIZE` bytes."""
+        path = _check_path(path)
+        return self._iter_bytes(self._session.sandbox(), path)
+
+    def write_bytes(self, path: str, data: bytes) -> None:
+        """Write ``data`` to ``path`` (through symlinks, parents created, atomic replace)."""
+        path = _check_path(path)
+        data = _check_data(data)
+        self._write_chunks(self._session.sandbox(), path, (data,))
+
+    def write_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Like :meth:`write_bytes`, from an iterable of byte strings of any sizes."""
+        path = _check_path(path)
+        self._write_chunks(self._session.sandbox(), path, chunks)
+
+    def stat(self, path: str) -> FileStat:
+        """Describe ``path`` (FileNotFoundError if it does not exist)."""
+        path = _check_path(path)
+        return self._stat(self._session.sandbox(), path)
+
+    def list_dir(self, path: str) -> list[FileStat]:
+        """The entries of directory ``path``, sorted by name (NotADirectoryError for a file)."""
+        path = _check_path(path)
+        return self._list_dir(self._session.sandbox(), path)
+
+    def make_dir(self, path: str) -> None:
+        """Create directory ``path`` and missing parents; an existing directory is fine."""
+        path = _check_path(path)
+        self._op(self._session.sandbox(), {"op": "mkdir", "path": path})
+
+    def remove(self, path: str) -> None:
+        """Remove a file, a symlink (not its target) or a directory tree."""
+        path = self._remove_checked(path)
+        self._remove(self._session.sandbox(), path)
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists, following symlinks."""
+        path = _check_path(path)
+        return bool(self._op(self._session.sandbox(), {"op": "exists", "path": path})["v"])
+
+    def realpath(self, path: str) -> str:
+        """``path`` with symlinks resolved in the sandbox, like ``os.path.realpath``."""
+        path = _check_path(path)
+        return str(self._op(self._session.sandbox(), {"op": "realpath", "path": path})["v"])
+
+    # ── async API ────────────────────────────────────────────────────────
+
+    async def _arun(self, fn: Callable[..., T], *args: Any) -> T:
+        sandbox = await self._session.asandbox()
+        return await run_blocking(fn, sandbox, *args)
+
+    async def aread_bytes(self, path: str) -> bytes:
+        """Async :meth:`read_bytes`."""
+        path = _check_path(path)
+        return await self._arun(lambda sandbox, p: b"".join(self._iter_bytes(sandbox, p)), path)
+
+    async def aiter_bytes(self, path: str) -> AsyncIterator[bytes]:
+        """Async :meth:`iter_bytes`: each piece is fetched in a worker thread."""
+        path = _check_path(path)
+        sandbox = await self._session.asandbox()
+        pieces = self._iter_bytes(sandbox, path)
+        try:
+            while True:
+                piece = await run_blocking(next, pieces, None)
+                if piece is None:
+                    return
+                yield piece
+        finally:
+            pieces.close()  # schedules the job directory's cleanup; no I/O
+
+    async def awrite_bytes(self, path: str, data: bytes) -> None:
+        """Async :meth:`write_bytes`."""
+        path = _check_path(path)
+        data = _check_data(data)
+        await self._arun(self._write_chunks, path, (data,))
+
+    async def astat(self, path: str) -> FileStat:
+        """Async :meth:`stat`."""
+        return await self._arun(self._stat, _check_path(path))
+
+    async def alist_dir(self, path: str) -> list[FileStat]:
+        """Async :meth:`list_dir`."""
+        return await self._arun(self._list_dir, _check_path(path))
+
+    async def amake_dir(self, path: str) -> None:
+        """Async :meth:`make_dir`."""
+        path = _check_path(path)
+        await self._arun(lambda sandbox, p: self._op(sandbox, {"op": "mkdir", "path": p}), path)
+
+    async def aremove(self, path: str) -> None:
+        """Async :meth:`remove`."""
+        await self._arun(self._remove, self._remove_checked(path))
+
+    async def aexists(self, path: str) -> bool:
+        """Async :meth:`exists`."""
+        path = _check_path(path)
+        final = await self._arun(
+            lambda sandbox, p: self._op(sandbox, {"op": "exists", "path": p}), path
+        )
+        return bool(final["v"])
+
+    async def arealpath(self, path: str) -> str:
+        """Async :meth:`realpath`."""
+        path = _check_path(path)
+        final = await self._arun(
+            lambda sandbox, p: self._op(sandbox, {"op": "realpath", "path": p}), path
+        )
+        return str(final["v"])
+
+
+def _rechunk(pieces: Iterable[bytes]) -> Iterator[bytes]:
+    """Re-cut byte strings of any sizes into CHUNK_SIZE pieces (the last one shorter).
+
+    Holds less than one chunk besides the caller's current piece.
+    """
+    buffer = bytearray()
+    for piece in pieces:
+        view = memoryview(_check_data(piece))
+        start = 0
+        if buffer:
+            start = min(CHUNK_SIZE - len(buffer), len(view))
+            buffer += view[:start]
+            if len(buffer) < CHUNK_SIZE:
+                continue
+            yield bytes(buffer)
+            buffer = bytearray()
+        while len(view) - start >= CHUNK_SIZE:
+            yield bytes(view[start : start + CHUNK_SIZE])
+            start += CHUNK_SIZE
+        buffer += view[start:]
+    if buffer:
+        yield bytes(buffer)

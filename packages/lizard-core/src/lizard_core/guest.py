@@ -1,0 +1,650 @@
+"""The host side of the guest protocol: one streaming exec per operation, read as frames.
+
+A guest program (standard-library Python in :mod:`lizard_core._guest`) runs as
+``python3 -I -S -c <program> <call id> <k> <request part>... <data>...`` through the SDK's
+streaming ``sandbox.process.exec_``. Its stdout is a framed channel. Contract, for every program
+run through :func:`run_guest` (commands, files, and the kernel client):
+
+- **Frames.** Every stdout line is one JSON object with a type ``t``, well under the platform's
+  64 KiB line split (the agent keeps lines near 32 KiB; should a platform split them anyway, the
+  pieces are joined again). The first frame is ``{"t": "pid", "pid": N}`` (the guest's own pid,
+  used to signal it). ``{"t": "hb"}`` heartbeats come whenever the guest has been silent for
+  :data:`HEARTBEAT_S`, which keeps httpx's per-read timeout from firing on a silent command.
+  Exactly one ``{"t": "end", ...}`` frame carries the outcome. Every other frame goes to the
+  caller's ``on_frame`` in order; a frame carrying ``pg`` names a process group the guest owns.
+- **Proof of completion.** :func:`run_guest` returns the ``end`` frame, and only that proves the
+  guest finished: a stream that ends without it (the guest died, the stream was dropped, the
+  platform cut it) raises :class:`~lizard_core.errors.GuestProtocolError`, never a short
+  success; so do malformed lines. A stream that breaks after the guest started also kills the
+  guest (it would otherwise run on unobserved). A failure before the guest said anything is
+  the translated SDK error (:class:`~lizard_core.errors.TransientError`, ...), and
+  :class:`GuestNotStartedError` when the exec ran but the guest never spoke.
+- **Host-side deadline.** A guest that sends no frame, heartbeat included, for :data:`STALL_S`
+  is dead or stuck; past the caller's ``deadline_s`` the call is over too. Either way the guest
+  is killed (best effort, by a second exec) and :class:`~lizard_core.errors.GuestProtocolError`
+  raised, so a stuck guest cannot hang the host.
+- **Cancellation.** :class:`Cancellation` (set by the async wrappers when their task is
+  cancelled) and any exception in the waiting thread (``KeyboardInterrupt``, a callback that
+  raised) stop the guest: ``SIGTERM`` to the guest's pid by a second exec (the command agent
+  then stops its command's process group, and only that group), ``SIGKILL`` to the guest and
+  its process groups if it has not finished after :data:`CANCEL_GRACE_S`. The waiting thread
+  returns only once the stream ended or the grace ran out.
+- **Requests.** The request is JSON, base64-encoded, split over argv items of at most
+  :data:`ARG_PART` characters (the kernel limits one argument to 128 KiB). Every request also
+  carries the job directories of this sandbox that earlier operations left for cleanup
+  (``rm``), so cleaning up after a large output costs no request of its own.
+- **Credentials.** Nothing but the program, the call id and the request goes into argv; the
+  API key never does.
+
+Costs: one exec request per call; stopping a guest costs one more.
+"""
+
+from __future__ import annotations
+
+import base64
+import concurrent.futures
+import contextlib
+import json
+import logging
+import queue
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+import lizard
+
+from lizard_core._bridge import wait_done
+from lizard_core._guest import program
+from lizard_core.errors import (
+    GuestProtocolError,
+    LizardIntegrationError,
+    TransientError,
+    translate,
+    translated,
+)
+from lizard_core.session import Session
+
+__all__ = [
+    "ARG_PART",
+    "CANCEL_GRACE_S",
+    "HEARTBEAT_S",
+    "JOBS_ROOT",
+    "STALL_S",
+    "Cancellation",
+    "Frame",
+    "GuestCancelledError",
+    "GuestNotStartedError",
+    "arun_cancellable",
+    "check_outcome",
+    "encode_args",
+    "fetch_file",
+    "loop_callback",
+    "run_guest",
+    "schedule_cleanup",
+]
+
+T = TypeVar("T")
+Frame = dict[str, Any]
+"""One decoded frame: a JSON object with a type ``t``."""
+
+_log = logging.getLogger(__name__)
+
+PYTHON: Final = ("python3", "-I", "-S", "-c")
+"""How a guest program starts: isolated from the sandbox's PYTHON* variables, without site."""
+JOBS_ROOT: Final = "/tmp/.lizard-core"
+"""Job directories (spilled output, file chunks) live here, one per call, named by call id."""
+HEARTBEAT_S: Final = 2.5
+"""A silent guest sends a heartbeat frame this often."""
+STALL_S: Final = 15.0
+"""No frame at all for this long means the guest is dead or stuck."""
+CANCEL_GRACE_S: Final = 3.0
+"""After asking a guest to stop, wait this long before killing it, and as long again after."""
+FINISH_GRACE_S: Final = 2.0
+"""After the ``end`` frame, wait this long for the stream to close before returning anyway."""
+SIGNAL_TIMEOUT_S: Final = 10.0
+"""Deadline for the second exec that signals a guest."""
+ARG_PART: Final = 96 * 1024
+"""Base64 characters per argv item (a multiple of 4; the kernel allows 128 KiB per argument)."""
+_LINE_MAX: Final = 1024 * 1024
+_STDERR_TAIL: Final = 20
+
+_SIGTERM: Final = 15
+_SIGKILL: Final = 9
+
+
+class GuestNotStartedError(GuestProtocolError):
+    """The exec ended before the guest program said a word: nothing of the request ran."""
+
+
+class GuestCancelledError(LizardIntegrationError):
+    """:func:`run_guest` was cancelled through its :class:`Cancellation`; the guest was stopped."""
+
+
+class Cancellation:
+    """A cancellation request for a running guest call, settable from any thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Request cancellation; listeners run once, in this thread."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener()
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` on cancellation (at once if already cancelled)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._listeners.append(listener)
+                return
+        listener()
+
+
+# ── cleanup piggybacked on the next request ───────────────────────────────
+
+_cleanup_lock = threading.Lock()
+_cleanup: dict[str, set[str]] = {}
+
+
+def schedule_cleanup(sandbox: Any, job_dir: str) -> None:
+    """Have the next guest call on ``sandbox`` remove ``job_dir`` (a directory in JOBS_ROOT)."""
+    if job_dir.rsplit("/", 1)[0] != JOBS_ROOT:
+        raise ValueError(f"not a job directory: {job_dir!r}")
+    with _cleanup_lock:
+        _cleanup.setdefault(str(sandbox.sandbox_id), set()).add(job_dir)
+
+
+def _take_cleanup(sandbox_id: str) -> list[str]:
+    with _cleanup_lock:
+        return sorted(_cleanup.pop(sandbox_id, ()))
+
+
+def _return_cleanup(sandbox_id: str, paths: list[str]) -> None:
+    if paths:
+        with _cleanup_lock:
+            _cleanup.setdefault(sandbox_id, set()).update(paths)
+
+
+# ── encoding ─────────────────────────────────────────────────────────────
+
+
+def encode_args(data: bytes, part: int = ARG_PART) -> list[str]:
+    """Base64 ``data`` as argv items of at most ``part`` characters, each decodable alone."""
+    raw = part // 4 * 3
+    return [base64.b64encode(data[i : i + raw]).decode("ascii") for i in range(0, len(data), raw)]
+
+
+def _request_args(request: Mapping[str, Any]) -> list[str]:
+    text = base64.b64encode(json.dumps(request, separators=(",", ":")).encode()).decode("ascii")
+    return [text[i : i + ARG_PART] for i in range(0, len(text), ARG_PART)] or [""]
+
+
+class _LineReader:
+    """Turn stdout lines into frames, joining pieces of a line the platform split."""
+
+    def __init__(self, deliver: Callable[[str, Any], None]) -> None:
+        self._deliver = deliver
+        self._pending = ""
+
+    def feed(self, line: str) -> None:
+        if self._pending:
+            joined = self._pending + line
+            frame = _parse(joined)
+            if frame is not None:
+                self._pending = ""
+                self._deliver("frame", frame)
+                return
+            frame = _parse(line)
+            if frame is not None:
+                self._deliver("noise", self._pending)
+                self._pending = ""
+                self._deliver("frame", frame)
+                return
+            if len(joined) > _LINE_MAX:
+                self._deliver("noise", joined)
+                joined = ""
+            self._pending = joined
+            return
+        frame = _parse(line)
+        if frame is None:
+            self._pending = line
+        else:
+            self._deliver("frame", frame)
+
+    def close(self) -> None:
+        if self._pending:
+            self._deliver("noise", self._pending)
+            self._pending = ""
+
+
+def _parse(line: str) -> Frame | None:
+    if not line.startswith("{"):
+        return None
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    if isinstance(value, dict) and isinstance(value.get("t"), str):
+        return value
+    return None
+
+
+# ── the call ─────────────────────────────────────────────────────────────
+
+
+class _GuestCall:
+    """One run of a guest program: a streaming exec read in a thread, waited for here."""
+
+    def __init__(
+        self,
+        sandbox: Any,
+        program_text: str,
+        request: Mapping[str, Any],
+        *,
+        data_args: Sequence[str],
+        on_frame: Callable[[Frame], None] | None,
+        exec_timeout_s: float,
+        deadline_s: float | None,
+        stall_s: float,
+        cancel: Cancellation | None,
+        may_signal: bool = True,
+    ) -> None:
+        self.sandbox = sandbox
+        # False for the signalling exec itself, which must never spawn signalling execs.
+        self.may_signal = may_signal
+        self.sandbox_id = str(sandbox.sandbox_id)
+        self.call_id = uuid.uuid4().hex[:16]
+        self.cleanup = _take_cleanup(self.sandbox_id)
+        body = dict(request)
+        body.setdefault("hb", HEARTBEAT_S)
+        if self.cleanup:
+            body["rm"] = self.cleanup
+        parts = _request_args(body)
+        self.argv = [*PYTHON, program_text, self.call_id, str(len(parts)), *parts, *data_args]
+        self.on_frame = on_frame
+        self.exec_timeout_ms = max(1000, int(exec_timeout_s * 1000))
+        self.deadline_s = deadline_s
+        self.stall_s = stall_s
+        self.cancel = cancel
+        self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
+        self.guest_pid: int | None = None
+        self.exec_pid: int | None = None
+        self.groups: set[int] = set()
+        self.stderr_tail: list[str] = []
+        self.noise: list[str] = []
+        self.frames_seen = 0
+        self.final: Frame | None = None
+        self.finished = False  # the exec call returned or raised
+        self.stopping = False
+
+    # runs in the stream thread
+    def _stream(self) -> None:
+        reader = _LineReader(lambda kind, value: self.events.put((kind, value)))
+        try:
+            with translated(sandbox_id=self.sandbox_id):
+                result = self.sandbox.process.exec_(
+                    self.argv,
+                    timeout_ms=self.exec_timeout_ms,
+                    on_stdout=reader.feed,
+                    on_stderr=lambda line: self.events.put(("stderr", line)),
+                    on_pid=lambda pid: self.events.put(("exec_pid", pid)),
+                )
+            reader.close()
+            self.events.put(("done", result.exit_code))
+        except BaseException as exc:
+            reader.close()
+            self.events.put(("error", exc))
+
+    def run(self) -> Frame:
+        thread = threading.Thread(target=self._stream, name="lizard-core-guest", daemon=True)
+        thread.start()
+        if self.cancel is not None:
+            self.cancel.listen(lambda: self.events.put(("cancel", None)))
+        try:
+            return self._wait()
+        except (GuestProtocolError, GuestCancelledError):
+            if not self.finished:
+                self._stop(graceful=False)
+            raise
+        except BaseException:
+            # KeyboardInterrupt, or a callback that raised: stop the command as a cancel would.
+            if not self.finished:
+                self._stop(graceful=True)
+            if self.guest_pid is None and not self.frames_seen:
+                _return_cleanup(self.sandbox_id, self.cleanup)
+            raise
+
+    def _wait(self) -> Frame:
+        started = last = time.monotonic()
+        deadline = None if self.deadline_s is None else started + self.deadline_s
+        finish_by: float | None = None
+        while True:
+            now = time.monotonic()
+            limits = [last + self.stall_s]
+            if deadline is not None:
+                limits.append(deadline)
+            if finish_by is not None:
+                limits.append(finish_by)
+            try:
+                kind, value = self.events.get(timeout=max(min(limits) - now, 0))
+            except queue.Empty:
+                now = time.monotonic()
+                if finish_by is not None and now >= finish_by:
+                    return self._outcome()  # the end frame arrived; the stream lingers
+                if now >= last + self.stall_s:
+                    raise GuestProtocolError(
+                        f"The guest program stopped answering (no frame for {self.stall_s:g} s)"
+                        f"{self._context()}."
+                    ) from None
+                raise GuestProtocolError(
+                    f"The guest program did not finish within {self.deadline_s:g} s"
+                    f"{self._context()}."
+                ) from None
+            if kind == "frame":
+                last = time.monotonic()
+                self._frame(value)
+                if self.final is not None and finish_by is None:
+                    finish_by = last + FINISH_GRACE_S
+            elif kind == "stderr":
+                self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value]
+            elif kind == "noise":
+                self.noise.append(value[:200])
+            elif kind == "exec_pid":
+                self.exec_pid = int(value)
+            elif kind == "cancel":
+                self._stop(graceful=True)
+                raise GuestCancelledError("The guest call was cancelled; the guest was stopped.")
+            elif kind == "done":
+                self.finished = True
+                return self._outcome(exit_code=value)
+            elif kind == "error":
+                self.finished = True
+                if self.final is not None and not self.noise:
+                    return self.final  # the outcome is proven; a late transport error is moot
+                started = self.frames_seen or self.exec_pid is not None
+                if started and isinstance(value, TransientError):
+                    # The guest ran and may still be running, unobserved: stop it, and say
+                    # that the operation may have run rather than that the API was unreachable.
+                    self._kill_unobserved()
+                    raise GuestProtocolError(
+                        "The exec stream broke before the guest program's final frame, so the "
+                        f"operation may have partly run ({value.message}){self._context()}."
+                    ) from value
+                raise value
+
+    def _frame(self, frame: Frame) -> None:
+        self.frames_seen += 1
+        kind = frame["t"]
+        if kind == "hb":
+            return
+        if kind == "pid":
+            self.guest_pid = int(frame["pid"])
+            return
+        if kind == "end":
+            if self.final is None:
+                self.final = frame
+            else:
+                self.noise.append("a second end frame")
+            return
+        if self.final is not None:
+            self.noise.append(f"a {kind!r} frame after the end frame")
+            return
+        pg = frame.get("pg")
+        if isinstance(pg, int):
+            self.groups.add(pg)
+        if self.on_frame is not None:
+            self.on_frame(frame)
+
+    def _outcome(self, exit_code: int | None = None) -> Frame:
+        if self.noise:
+            raise GuestProtocolError(
+                f"The guest program sent malformed output ({self.noise[0]!r}){self._context()}."
+            )
+        if self.final is None:
+            why = "" if exit_code is None else f"; the exec exited with code {exit_code}"
+            error = GuestNotStartedError if not self.frames_seen else GuestProtocolError
+            raise error(
+                "The guest program's output ended without its final frame, so the result "
+                f"cannot be trusted{why}{self._context()}."
+            )
+        return self.final
+
+    def _context(self) -> str:
+        tail = "\n".join(self.stderr_tail).strip()
+        return f" (guest stderr: {tail[-500:]})" if tail else ""
+
+    # ── stopping ─────────────────────────────────────────────────────────
+
+    def _stop(self, *, graceful: bool) -> None:
+        """Stop the guest (asked first when ``graceful``); wait for the stream within the graces.
+
+        A broken guest (stalled, past its deadline) is killed outright: asking is pointless.
+        """
+        if self.stopping or not self.may_signal:
+            return
+        self.stopping = True
+        try:
+            self._stop_guest(graceful)
+        except Exception:  # best effort: the caller's own error or cancellation wins
+            _log.warning("could not stop guest call %s", self.call_id, exc_info=True)
+
+    def _stop_guest(self, graceful: bool) -> None:
+        # The pid frame is the first line the guest writes; give it a moment to arrive.
+        if not self._drain_until(lambda: self.guest_pid is not None, CANCEL_GRACE_S):
+            return
+        if self.guest_pid is not None:
+            if graceful:
+                self._signal(_SIGTERM)
+                if not self._drain_until(lambda: False, CANCEL_GRACE_S):
+                    return
+            self._signal(_SIGKILL)
+        elif self.exec_pid is not None:
+            # No word from the guest at all: have the platform kill the whole exec.
+            with contextlib.suppress(Exception), translated(sandbox_id=self.sandbox_id):
+                self.sandbox.process.kill(self.exec_pid, "SIGKILL")
+        self._drain_until(lambda: False, CANCEL_GRACE_S)
+
+    def _kill_unobserved(self) -> None:
+        """Kill a guest whose stream is gone (best effort; its outcome is already lost)."""
+        if not self.may_signal:
+            return
+        try:
+            if self.guest_pid is not None:
+                self._signal(_SIGKILL)
+            elif self.exec_pid is not None:
+                self.sandbox.process.kill(self.exec_pid, "SIGKILL")
+        except Exception:  # often already gone: platforms end an exec whose client left
+            _log.debug("could not stop guest call %s", self.call_id, exc_info=True)
+
+    def _drain_until(self, condition: Callable[[], bool], seconds: float) -> bool:
+        """Consume events until ``condition()`` holds (True) or the stream ended (False)."""
+        end = time.monotonic() + seconds
+        while not self.finished and not condition():
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return True
+            try:
+                kind, value = self.events.get(timeout=remaining)
+            except queue.Empty:
+                return True
+            if kind == "frame":
+                if value.get("t") == "pid":
+                    self.guest_pid = int(value["pid"])
+                elif isinstance(value.get("pg"), int):
+                    self.groups.add(value["pg"])
+                self.frames_seen += 1
+            elif kind == "exec_pid":
+                self.exec_pid = int(value)
+            elif kind in ("done", "error"):
+                self.finished = True
+        return not self.finished
+
+    def _signal(self, signum: int) -> None:
+        request: dict[str, Any] = {
+            "op": "signal",
+            "pid": self.guest_pid,
+            "cid": self.call_id,
+            "sig": signum,
+        }
+        if signum == _SIGKILL:
+            request["pg"] = sorted(self.groups)
+        _GuestCall(
+            self.sandbox,
+            program("agent"),
+            request,
+            data_args=(),
+            on_frame=None,
+            exec_timeout_s=SIGNAL_TIMEOUT_S,
+            deadline_s=SIGNAL_TIMEOUT_S,
+            stall_s=SIGNAL_TIMEOUT_S,
+            cancel=None,
+            may_signal=False,
+        ).run()
+
+
+def run_guest(
+    sandbox: Any,
+    request: Mapping[str, Any],
+    *,
+    on_frame: Callable[[Frame], None] | None = None,
+    data_args: Sequence[str] = (),
+    exec_timeout_s: float = 600.0,
+    deadline_s: float | None = None,
+    stall_s: float = STALL_S,
+    cancel: Cancellation | None = None,
+    program_name: str = "agent",
+) -> Frame:
+    """Run one guest program with ``request`` on ``sandbox`` (a ``lizard.Sandbox``); blocking.
+
+    Frames other than ``pid``, ``hb`` and ``end`` go to ``on_frame`` in the calling thread, in
+    order. Returns the ``end`` frame. ``exec_timeout_s`` is the platform's limit for the exec
+    (and httpx's idle-read limit, which heartbeats keep from firing); ``deadline_s`` is the
+    host-side limit for the whole call (None: only the stall limit applies). ``data_args`` are
+    extra argv items (see :func:`encode_args`). Raises
+    :class:`~lizard_core.errors.GuestProtocolError` when the end frame is missing or the guest
+    stalls, the translated SDK error when the exec itself fails, and
+    :class:`GuestCancelledError` once ``cancel`` was set; it stops the guest before raising
+    anything, and before re-raising an exception from ``on_frame`` or a ``KeyboardInterrupt``.
+    """
+    call = _GuestCall(
+        sandbox,
+        program(program_name),
+        request,
+        data_args=data_args,
+        on_frame=on_frame,
+        exec_timeout_s=exec_timeout_s,
+        deadline_s=deadline_s,
+        stall_s=stall_s,
+        cancel=cancel,
+    )
+    return call.run()
+
+
+def check_outcome(final: Frame) -> Frame:
+    """Raise what an ``end`` frame reports as failed, else return it.
+
+    ``err`` becomes the builtin ``OSError`` subclass for its errno (``OSError(errno, ...)``
+    picks it: FileNotFoundError, IsADirectoryError, ...); ``bug`` a GuestProtocolError.
+    """
+    err = final.get("err")
+    if err is not None:
+        number, message, filename = err
+        raise OSError(number, message, filename)
+    bug = final.get("bug")
+    if bug is not None:
+        raise GuestProtocolError(f"The guest program failed: {bug}")
+    return final
+
+
+def fetch_file(session: Session, sandbox: Any, path: str) -> bytes | None:
+    """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
+
+    One ``GET files`` request, retried on transient errors. A 404 that says the sandbox itself
+    is gone raises :class:`~lizard_core.errors.SandboxGoneError`, not None.
+    """
+    try:
+        data: bytes = session.call(
+            sandbox.fs.read_bytes, path, idempotent=True, passthrough=(lizard.NotFoundError,)
+        )
+    except lizard.NotFoundError as exc:
+        code = getattr(exc, "code", None)
+        if code == "SANDBOX_NOT_FOUND" or (code is None and "sandbox" in str(exc).lower()):
+            raise translate(exc, sandbox_id=str(sandbox.sandbox_id)) from None
+        return None
+    return data
+
+
+# ── async ────────────────────────────────────────────────────────────────
+
+
+async def arun_cancellable(fn: Callable[[Cancellation], T]) -> T:
+    """Run the blocking ``fn(cancellation)`` in a thread of its own and await its result.
+
+    If the awaiting task is cancelled, ``cancellation`` is set (so a guest call inside ``fn``
+    stops its guest), the task waits until ``fn`` has returned or raised, and then the
+    cancellation propagates. Works under asyncio and trio.
+    """
+    cancellation = Cancellation()
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(cancellation))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="lizard-core-call", daemon=True).start()
+    try:
+        await wait_done(future)
+    except BaseException:
+        cancellation.cancel()
+        await _wait_uncancellable(future)
+        if not future.cancelled() and future.exception() is not None:
+            _log.debug("cancelled call ended with %r", future.exception())
+        raise
+    return future.result()
+
+
+async def _wait_uncancellable(future: concurrent.futures.Future[Any]) -> None:
+    with anyio.CancelScope(shield=True):
+        while not future.done():
+            try:
+                await wait_done(future)
+            except anyio.get_cancelled_exc_class():
+                continue  # a native asyncio cancel: keep waiting; the caller re-raises
+
+
+def loop_callback(callback: Callable[[T], object] | None) -> Callable[[T], None] | None:
+    """Wrap ``callback`` so that a worker thread runs it in the calling event loop's thread.
+
+    Call from async code. The worker waits for each call, so output callbacks stay in order
+    and apply backpressure; once the loop is gone, calls are dropped.
+    """
+    if callback is None:
+        return None
+    token = anyio.lowlevel.current_token()
+
+    def call(value: T) -> None:
+        with contextlib.suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(callback, value, token=token)
+
+    return call

@@ -1,0 +1,123 @@
+"""Shared fixtures for lizard_core's tests.
+
+The ``lizard_local`` (session) and ``lizard_counters`` (function) fixtures come from
+lizard-local's pytest plugin, which also points ``LIZARD_API_URL``, ``LIZARD_API_KEY`` and
+``LIZARD_PROJECT_ID`` at the emulator for the whole session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from lizard_core.config import SandboxConfig
+
+
+@pytest.fixture
+def sandbox_config(lizard_local: Any) -> SandboxConfig:
+    """A configuration for the running lizard-local, read from the environment it set."""
+    return SandboxConfig.from_env(lifetime_ms=300_000, integration="lizard-core-tests")
+
+
+@pytest.fixture
+def no_new_sandboxes(lizard_local: Any) -> Iterator[None]:
+    """Fail the test if it leaves a sandbox behind (and kill the leftovers, so others pass)."""
+    before = set(lizard_local.sandboxes())
+    yield
+    leftover = set(lizard_local.sandboxes()) - before
+    if leftover:
+        import lizard
+
+        for sandbox_id in leftover:
+            lizard.Sandbox(
+                sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url
+            ).kill()
+    assert not leftover, f"the test left sandboxes running: {sorted(leftover)}"
+
+
+@pytest.fixture
+def restore_latency(lizard_local: Any) -> Iterator[None]:
+    """Reset lizard-local's injected latency after a test that sets it."""
+    yield
+    lizard_local.set_latency(0)
+
+
+# ── guest protocol (test_guest, test_commands, test_files) ────────────────────────────────────
+
+PROFILES = {
+    # lizard-local's defaults: SSE output capped at 512 KiB per stream, like the JSON mode.
+    "capped": {},
+    "uncapped": {"stream_cap_bytes": None},
+    "latency-20ms": {"latency_ms": 20},
+}
+
+
+@pytest.fixture(scope="module", params=sorted(PROFILES))
+def profile(request: pytest.FixtureRequest, lizard_local: Any) -> Iterator[str]:
+    """Run a module's tests under each lizard-local profile: capped, uncapped, 20 ms latency."""
+    settings = dict(PROFILES[request.param])
+    latency = settings.pop("latency_ms", 0)
+    saved = lizard_local.info()["settings"]
+    if settings:
+        lizard_local.configure(**settings)
+    lizard_local.set_latency(latency)
+    try:
+        yield request.param
+    finally:
+        lizard_local.set_latency(0)
+        lizard_local.configure(**{name: saved[name] for name in settings})
+
+
+@pytest.fixture(scope="module")
+def module_session(lizard_local: Any) -> Iterator[Any]:
+    """One sandbox shared by a module's tests (each test works in its own scratch directory)."""
+    from lizard_core.session import Session
+
+    config = SandboxConfig.from_env(lifetime_ms=900_000, integration="lizard-core-tests")
+    session = Session(config)
+    try:
+        session.sandbox()  # created now, so that tests count only their own requests
+        yield session
+    finally:
+        session.destroy()
+
+
+@pytest.fixture
+def scratch(module_session: Any) -> Iterator[str]:
+    """A fresh directory path in the module's sandbox, removed afterwards (not created)."""
+    import uuid
+
+    from lizard_core.commands import run_command
+
+    path = f"/tmp/lizard-core-test-{uuid.uuid4().hex[:12]}"
+    yield path
+    run_command(module_session, ["rm", "-rf", "--", path])
+
+
+class RequestCounter:
+    """lizard-local's request counters, per route template, since the last :meth:`reset`."""
+
+    EXEC = "POST /api/sandboxes/{id}/exec"
+    GET_FILE = "GET /api/sandboxes/{id}/files"
+    POST_FILE = "POST /api/sandboxes/{id}/files"
+    CREATE = "POST /api/sandboxes"
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def reset(self) -> None:
+        self.server.reset_counters()
+
+    def counts(self) -> dict[str, int]:
+        """Non-zero counts by route, e.g. ``{"POST /api/sandboxes/{id}/exec": 1}``."""
+        return {route: n for route, n in self.server.counters()["routes"].items() if n}
+
+
+@pytest.fixture
+def api_requests(lizard_local: Any) -> RequestCounter:
+    """Counts the API requests a test makes (reset at the start, and by ``reset()``)."""
+    counter = RequestCounter(lizard_local)
+    counter.reset()
+    return counter

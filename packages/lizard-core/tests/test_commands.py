@@ -1,0 +1,327 @@
+"""lizard_core.commands against lizard-local, under each profile (capped, uncapped, latency)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from lizard_core import guest
+from lizard_core.commands import (
+    DEFAULT_OUTPUT_LIMIT,
+    STREAM_BUDGET,
+    CommandResult,
+    arun_command,
+    run_command,
+)
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import CommandTimeoutError, OutputLimitError
+from lizard_core.session import Session
+
+pytestmark = pytest.mark.usefixtures("profile")
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+GET_FILE = "GET /api/sandboxes/{id}/files"
+MiB = 1024 * 1024
+
+
+# ── validation: before any request ───────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("command", "kwargs", "error"),
+    [
+        ("echo hi", {}, TypeError),  # a string needs shell=True
+        (["echo", "hi"], {"shell": True}, TypeError),
+        (b"echo", {}, TypeError),
+        ([], {}, ValueError),
+        (["echo", 1], {}, TypeError),
+        (["echo", "a\0b"], {}, ValueError),
+        ("echo \0", {"shell": True}, ValueError),
+        (["true"], {"cwd": "relative"}, ValueError),
+        (["true"], {"cwd": 5}, TypeError),
+        (["true"], {"env": {"A=B": "x"}}, ValueError),
+        (["true"], {"env": {"": "x"}}, ValueError),
+        (["true"], {"env": {"A": 1}}, TypeError),
+        (["true"], {"env": ["A"]}, TypeError),
+        (["true"], {"timeout": 0}, ValueError),
+        (["true"], {"timeout": float("inf")}, ValueError),
+        (["true"], {"timeout": True}, TypeError),
+        (["true"], {"timeout": "1"}, TypeError),
+        (["true"], {"output_limit": 0}, ValueError),
+        (["true"], {"output_limit": 1.5}, TypeError),
+        (["true"], {"on_stdout": "print"}, TypeError),
+    ],
+)
+def test_bad_arguments_fail_before_any_request(
+    lizard_local: Any, api_requests: Any, command: Any, kwargs: dict[str, Any], error: type
+) -> None:
+    session = Session(SandboxConfig.from_env(integration="lizard-core-tests"))
+    with pytest.raises(error):
+        run_command(session, command, **kwargs)
+    with pytest.raises(error):
+        asyncio.run(arun_command(session, command, **kwargs))
+    assert api_requests.counts() == {}
+    assert session.sandbox_id is None
+
+
+# ── results ──────────────────────────────────────────────────────────────
+
+
+def test_first_command_on_a_new_sandbox_costs_create_plus_one(
+    lizard_local: Any, api_requests: Any
+) -> None:
+    config = SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests")
+    with Session(config) as session:
+        result = run_command(session, ["echo", "hello"])
+        counts = api_requests.counts()
+    assert result == CommandResult(exit_code=0, stdout=b"hello\n", stderr=b"")
+    counts.pop("GET /api/projects", None)  # the SDK resolves a project reference once per process
+    assert counts == {"POST /api/sandboxes": 1, EXEC: 1}
+
+
+def test_nine_kib_on_both_streams_comes_back_exact_in_one_request(
+    module_session: Any, api_requests: Any
+) -> None:
+    script = (
+        'i=0; while [ "$i" -lt 1024 ]; do printf workspace; printf workspace >&2; i=$((i+1)); done'
+    )
+    result = run_command(module_session, ["sh", "-c", script])
+    expected = b"workspace" * 1024
+    assert (result.exit_code, result.stdout, result.stderr) == (0, expected, expected)
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_binary_output_is_exact(module_session: Any, api_requests: Any) -> None:
+    result = run_command(
+        module_session, ["sh", "-c", "printf 'a\\377\\000\\r\\n\\376'; printf '\\377\\n\\n' >&2"]
+    )
+    assert result.stdout == b"a\xff\x00\r\n\xfe"
+    assert result.stderr == b"\xff\n\n"
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_shell_text_and_argv_are_literal(module_session: Any) -> None:
+    payload = " literal $() `quoted`; && "
+    argv = run_command(module_session, ["sh", "-c", 'printf "%s" "$1"', "sh", payload])
+    assert argv.stdout == payload.encode()
+    shell = run_command(module_session, "printf out; printf err >&2; exit 7", shell=True)
+    assert (shell.exit_code, shell.stdout, shell.stderr) == (7, b"out", b"err")
+
+
+def test_exit_codes_follow_the_shell_conventions(module_session: Any, scratch: str) -> None:
+    missing = run_command(module_session, ["lizard-core-no-such-program"])
+    assert missing.exit_code == 127
+    assert b"lizard-core-no-such-program" in missing.stderr
+    script = f"{scratch}/script"
+    run_command(module_session, ["sh", "-c", f"mkdir -p {scratch} && echo true > {script}"])
+    assert run_command(module_session, [script]).exit_code == 126
+    assert run_command(module_session, ["sh", "-c", "kill -TERM $$"]).exit_code == 128 + 15
+    assert run_command(module_session, ["sh", "-c", "kill -KILL $$"]).exit_code == 128 + 9
+    assert run_command(module_session, ["sh", "-c", "exit 3"]).exit_code == 3
+
+
+def test_three_mib_of_output_is_spilled_and_returned_exactly(
+    module_session: Any, api_requests: Any
+) -> None:
+    pattern = bytes(range(256))
+    code = "import sys; sys.stdout.buffer.write(bytes(range(256)) * 12288)"
+    seen: list[bytes] = []
+    result = run_command(module_session, ["python3", "-c", code], on_stdout=seen.append)
+    assert result.stdout == pattern * 12288  # 3 MiB
+    assert b"".join(seen) == result.stdout
+    # One exec plus one GET of the spilled stdout; its job directory goes with the next request.
+    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
+    api_requests.reset()
+    listing = run_command(module_session, ["ls", "-A", guest.JOBS_ROOT])
+    assert listing.stdout == b""
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_both_streams_spill_and_interleave_correctly(module_session: Any) -> None:
+    code = (
+        "import sys\n"
+        "for i in range(400):\n"
+        "    sys.stdout.buffer.write(b'o%05d' % i * 200); sys.stdout.flush()\n"
+        "    sys.stderr.buffer.write(b'e%05d' % i * 200); sys.stderr.flush()\n"
+    )
+    result = run_command(module_session, ["python3", "-c", code])
+    assert result.stdout == b"".join(b"o%05d" % i * 200 for i in range(400))
+    assert result.stderr == b"".join(b"e%05d" % i * 200 for i in range(400))
+    assert len(result.stdout) + len(result.stderr) > STREAM_BUDGET
+
+
+def test_output_past_the_limit_raises_with_the_kept_bytes(
+    module_session: Any, api_requests: Any
+) -> None:
+    with pytest.raises(OutputLimitError) as caught:
+        run_command(module_session, ["head", "-c", str(11 * MiB), "/dev/zero"])
+    assert 10 * MiB == DEFAULT_OUTPUT_LIMIT
+    assert caught.value.stdout == b"\0" * (10 * MiB)
+    assert caught.value.stderr == b""
+    assert caught.value.limit == 10 * MiB
+    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
+
+
+def test_output_exactly_at_the_limit_is_a_result(module_session: Any) -> None:
+    result = run_command(module_session, ["head", "-c", "1000", "/dev/zero"], output_limit=1000)
+    assert result.stdout == b"\0" * 1000
+    with pytest.raises(OutputLimitError) as caught:
+        run_command(module_session, ["head", "-c", "1001", "/dev/zero"], output_limit=1000)
+    assert caught.value.stdout == b"\0" * 1000
+
+
+def test_stderr_has_its_own_limit(module_session: Any) -> None:
+    with pytest.raises(OutputLimitError) as caught:
+        run_command(
+            module_session, "echo out; head -c 5000 /dev/zero >&2", shell=True, output_limit=4096
+        )
+    assert caught.value.stdout == b"out\n"
+    assert caught.value.stderr == b"\0" * 4096
+
+
+# ── environment ──────────────────────────────────────────────────────────
+
+
+def test_env_is_only_what_the_caller_passes(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("LIZARD_CORE_HOST_ONLY", "leak")
+    result = run_command(
+        module_session,
+        ["sh", "-c", 'printf "%s|%s|%s" "$ADDED" "${LIZARD_CORE_HOST_ONLY-unset}" "$PYTHONPATH"'],
+        env={"ADDED": "value", "PYTHONPATH": "/nowhere"},
+    )
+    assert result.stdout == b"value|unset|/nowhere"
+    # The key never reaches the sandbox.
+    environ = run_command(module_session, ["env"]).stdout
+    assert os.environ["LIZARD_API_KEY"].encode() not in environ
+
+
+def test_stdin_is_at_eof_and_cwd_is_used(module_session: Any, scratch: str) -> None:
+    result = run_command(module_session, ["sh", "-c", "read value || printf eof"], timeout=30)
+    assert (result.exit_code, result.stdout) == (0, b"eof")
+    run_command(module_session, ["mkdir", "-p", scratch])
+    assert run_command(module_session, ["pwd"], cwd=scratch).stdout == f"{scratch}\n".encode()
+
+
+def test_a_missing_cwd_is_file_not_found(module_session: Any, scratch: str) -> None:
+    with pytest.raises(FileNotFoundError):
+        run_command(module_session, ["pwd"], cwd=f"{scratch}/missing")
+
+
+# ── completion, timeout, cancellation ────────────────────────────────────
+
+
+def test_a_background_child_holding_stdout_does_not_hold_up_the_result(
+    module_session: Any,
+) -> None:
+    started = time.monotonic()
+    result = run_command(module_session, ["sh", "-c", "sleep 30 & echo $!; echo done"])
+    elapsed = time.monotonic() - started
+    pid, done = result.stdout.split()
+    assert (result.exit_code, done) == (0, b"done")
+    assert elapsed < 5
+    assert run_command(module_session, ["kill", pid.decode()]).exit_code == 0
+
+
+def test_timeout_kills_the_command_and_keeps_partial_output(
+    module_session: Any, scratch: str
+) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    started = time.monotonic()
+    with pytest.raises(CommandTimeoutError) as caught:
+        run_command(
+            module_session,
+            ["sh", "-c", f"echo start; echo $$ > {scratch}/pid; echo warn >&2; sleep 3600"],
+            timeout=1,
+        )
+    assert time.monotonic() - started < 3
+    assert (caught.value.stdout, caught.value.stderr) == (b"start\n", b"warn\n")
+    assert caught.value.timeout == 1
+    pid = run_command(module_session, ["cat", f"{scratch}/pid"]).stdout.strip().decode()
+    assert run_command(module_session, ["kill", "-0", pid]).exit_code != 0
+
+
+def _processes(session: Any) -> list[Any]:
+    return list(session.call(session.sandbox().process.list))
+
+
+async def test_cancelling_the_task_leaves_no_process_behind(
+    module_session: Any, scratch: str
+) -> None:
+    await arun_command(module_session, ["mkdir", "-p", scratch])
+    pid_file = f"{scratch}/pid"
+    task = asyncio.create_task(
+        arun_command(module_session, ["sh", "-c", f'echo $$ > "{pid_file}"; exec sleep 3600'])
+    )
+    deadline = time.monotonic() + 30
+    while (await arun_command(module_session, ["test", "-s", pid_file])).exit_code != 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    pid = (await arun_command(module_session, ["cat", pid_file])).stdout.strip().decode()
+    started = time.monotonic()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert time.monotonic() - started < 5
+    # The guest exec is gone from the platform's process list...
+    assert await asyncio.to_thread(_processes, module_session) == []
+    # ...and so is the command it ran.
+    assert (await arun_command(module_session, ["kill", "-0", pid])).exit_code != 0
+
+
+async def test_cancellation_spares_processes_detached_with_setsid(
+    module_session: Any, scratch: str
+) -> None:
+    await arun_command(module_session, ["mkdir", "-p", scratch])
+    pid_file = f"{scratch}/detached"
+    detached = f'echo $$ > "{pid_file}"; exec sleep 3600'
+    script = f"setsid sh -c '{detached}' </dev/null >/dev/null 2>&1 & exec sleep 3600"
+    task = asyncio.create_task(arun_command(module_session, ["sh", "-c", script]))
+    deadline = time.monotonic() + 30
+    while (await arun_command(module_session, ["test", "-s", pid_file])).exit_code != 0:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    pid = (await arun_command(module_session, ["cat", pid_file])).stdout.strip().decode()
+    assert (await arun_command(module_session, ["kill", "-0", pid])).exit_code == 0
+    assert (await arun_command(module_session, ["kill", pid])).exit_code == 0
+
+
+# ── live output ──────────────────────────────────────────────────────────
+
+
+def test_callbacks_see_output_as_it_arrives(module_session: Any) -> None:
+    arrivals: list[tuple[float, bytes]] = []
+    result = run_command(
+        module_session,
+        ["sh", "-c", "echo first; echo oops >&2; sleep 1; echo second"],
+        on_stdout=lambda data: arrivals.append((time.monotonic(), data)),
+        on_stderr=lambda data: arrivals.append((time.monotonic(), b"ERR " + data)),
+    )
+    finished = time.monotonic()
+    assert result.stdout == b"first\nsecond\n"
+    assert [data for _, data in arrivals] == [b"first\n", b"ERR oops\n", b"second\n"]
+    assert finished - arrivals[0][0] > 0.7  # the first line came before the sleep ended
+
+
+async def test_async_callbacks_run_in_the_event_loop_thread(module_session: Any) -> None:
+    threads: set[int] = set()
+    chunks: list[bytes] = []
+
+    def on_stdout(data: bytes) -> None:
+        threads.add(threading.get_ident())
+        chunks.append(data)
+
+    result = await arun_command(
+        module_session, ["sh", "-c", "echo a; sleep 0.2; echo b"], on_stdout=on_stdout
+    )
+    assert b"".join(chunks) == result.stdout == b"a\nb\n"
+    assert threads == {threading.get_ident()}

@@ -1,0 +1,423 @@
+"""The guest program and the framed channel (lizard_core._guest, lizard_core.guest)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import os
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lizard_core import guest
+from lizard_core._guest import program, source
+from lizard_core.commands import run_command
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import (
+    GuestProtocolError,
+    LizardIntegrationError,
+    SandboxGoneError,
+)
+from lizard_core.files import SandboxFiles
+from lizard_core.session import Session
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+
+
+# ── the program itself ───────────────────────────────────────────────────
+
+
+def test_the_program_is_python_3_8_code_in_both_forms() -> None:
+    ast.parse(source("agent"), feature_version=(3, 8))
+    compact = program("agent")
+    ast.parse(compact, feature_version=(3, 8))
+    # The compact form drops what only people read: it travels in every request's argv.
+    assert '"""' not in compact
+    assert "# " not in compact
+    assert "typing" not in compact
+    assert len(compact) < 0.7 * len(source("agent"))
+    assert len(compact) < 16 * 1024
+
+
+def _oldest_python() -> str | None:
+    """The oldest Python 3.8+ on this machine (PATH, pyenv, or LIZARD_TEST_OLD_PYTHON)."""
+    candidates = [os.environ.get("LIZARD_TEST_OLD_PYTHON", "")]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in range(8, 14)]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        candidates += sorted(str(p) for p in Path(root, "versions").glob("3.*/bin/python3"))
+    found: list[tuple[tuple[int, int], str]] = []
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0:
+            major, minor = map(int, probe.stdout.split())
+            if (major, minor) >= (3, 8):
+                found.append(((major, minor), candidate))
+    return min(found)[1] if found else None
+
+
+@pytest.fixture(scope="module")
+def old_python() -> str:
+    python = _oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8+ interpreter besides the test runner's was found")
+    return python
+
+
+def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> list[dict[str, Any]]:
+    """Run the compact agent directly (no sandbox) and return its frames."""
+    encoded = base64.b64encode(json.dumps(request).encode()).decode()
+    argv = [python, *guest.PYTHON[1:], program("agent"), "c0ffee", "1", encoded]
+    argv += guest.encode_args(data)
+    done = subprocess.run(argv, capture_output=True, timeout=60, check=True)
+    assert done.stderr == b""
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_the_program_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
+    version = subprocess.run([old_python, "--version"], capture_output=True, text=True).stdout
+    print("guest agent checked under", version.strip())
+    base = {"limit": 1 << 20, "budget": 1 << 20}
+    frames = _run_locally(
+        old_python,
+        {"op": "run", "argv": ["sh", "-c", "printf 'a\\377'; echo e >&2; exit 3"], **base},
+    )
+    assert frames[0]["t"] == "pid"
+    output = [(f["s"], base64.b64decode(f["d"])) for f in frames if f["t"] == "o"]
+    assert output == [(1, b"a\xff"), (2, b"e\n")]
+    assert frames[-1] == {
+        "t": "end",
+        "rc": 3,
+        "n": [2, 2],
+        "sp": [None, None],
+        "to": False,
+        "ol": False,
+        "x": False,
+    }
+    timed = _run_locally(old_python, {"op": "run", "argv": ["sleep", "30"], "timeout": 0.5, **base})
+    assert (timed[-1]["to"], timed[-1]["rc"]) == (True, 137)
+
+    target = tmp_path / "dir" / "file.bin"
+    assert (
+        _run_locally(old_python, {"op": "write", "path": str(target)}, b"\0\xff" * 70000)[-1]["n"]
+        == 140000
+    )
+    assert target.read_bytes() == b"\0\xff" * 70000
+    read = _run_locally(
+        old_python, {"op": "read", "path": str(target), "inline": 1 << 20, "chunk": 1 << 22}
+    )
+    assert b"".join(base64.b64decode(f["d"]) for f in read if f["t"] == "d") == target.read_bytes()
+    listing = _run_locally(old_python, {"op": "list", "path": str(tmp_path), "budget": 1 << 20})
+    assert [row[:4] for f in listing if f["t"] == "e" for row in f["e"]] == [
+        ["dir", "dir", True, None]
+    ]
+    (tmp_path / "link").symlink_to("dir/file.bin")
+    realpath = _run_locally(old_python, {"op": "realpath", "path": str(tmp_path / "link")})
+    assert realpath[-1]["v"] == str(target)
+    assert _run_locally(old_python, {"op": "exists", "path": str(target)})[-1]["v"] is True
+    _run_locally(old_python, {"op": "remove", "path": str(tmp_path / "dir"), "protect": []})
+    assert not target.parent.exists()
+    missing = _run_locally(old_python, {"op": "stat", "path": str(target)})
+    assert missing[-1]["err"][0] == 2
+
+
+# ── host side, offline ───────────────────────────────────────────────────
+
+
+def test_request_and_data_arguments_stay_under_the_per_argument_limit() -> None:
+    data = os.urandom(300_000)
+    pieces = guest.encode_args(data)
+    assert all(len(piece) <= guest.ARG_PART < 128 * 1024 for piece in pieces)
+    assert b"".join(base64.b64decode(piece) for piece in pieces) == data
+
+
+def test_line_reader_joins_split_frames_and_reports_noise() -> None:
+    events: list[tuple[str, Any]] = []
+    reader = guest._LineReader(lambda kind, value: events.append((kind, value)))
+    line = json.dumps({"t": "o", "d": "x" * 100})
+    reader.feed(line[:40])
+    reader.feed(line[40:90])
+    reader.feed(line[90:])
+    reader.feed("not a frame")
+    reader.feed('{"t": "hb"}')
+    reader.feed("{truncated")
+    reader.close()
+    assert events == [
+        ("frame", json.loads(line)),
+        ("noise", "not a frame"),
+        ("frame", {"t": "hb"}),
+        ("noise", "{truncated"),
+    ]
+
+
+def test_an_end_frame_reporting_an_errno_is_the_builtin_error() -> None:
+    with pytest.raises(FileNotFoundError):
+        guest.check_outcome({"t": "end", "err": [2, "No such file or directory", "/x"]})
+    with pytest.raises(IsADirectoryError):
+        guest.check_outcome({"t": "end", "err": [21, "Is a directory", "/x"]})
+    with pytest.raises(GuestProtocolError):
+        guest.check_outcome({"t": "end", "bug": "KeyError: 'op'"})
+    assert guest.check_outcome({"t": "end", "v": 1}) == {"t": "end", "v": 1}
+
+
+def test_cleanup_is_only_for_job_directories() -> None:
+    class Fake:
+        sandbox_id = "sbx_test"
+
+    with pytest.raises(ValueError, match="not a job directory"):
+        guest.schedule_cleanup(Fake(), "/tmp/elsewhere")
+
+
+# ── against lizard-local ─────────────────────────────────────────────────
+
+
+def _sandbox(session: Any) -> Any:
+    return session.sandbox()
+
+
+def _run_request(argv: list[str], **extra: Any) -> dict[str, Any]:
+    return {"op": "run", "argv": argv, "limit": 1 << 20, "budget": 1 << 18, **extra}
+
+
+def _wait_for_file(session: Any, path: str) -> str:
+    deadline = time.monotonic() + 30
+    while True:
+        result = run_command(session, ["cat", path])
+        if result.exit_code == 0 and result.stdout.strip():
+            return result.stdout.decode().strip()
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _alive(session: Any, pid: str) -> bool:
+    return run_command(session, ["kill", "-0", pid]).exit_code == 0
+
+
+@pytest.fixture
+def in_thread() -> Iterator[Any]:
+    """Run a callable in a thread; the fixture returns (join, outcome) helpers."""
+    threads: list[threading.Thread] = []
+
+    def start(fn: Any) -> dict[str, Any]:
+        outcome: dict[str, Any] = {}
+
+        def target() -> None:
+            started = time.monotonic()
+            try:
+                outcome["result"] = fn()
+            except BaseException as exc:
+                outcome["error"] = exc
+            outcome["elapsed"] = time.monotonic() - started
+
+        thread = threading.Thread(target=target, daemon=True)
+        thread.start()
+        threads.append(thread)
+        outcome["thread"] = thread
+        return outcome
+
+    yield start
+    for thread in threads:
+        thread.join(60)
+
+
+def test_a_guest_killed_with_sigkill_is_an_error_not_a_result(
+    module_session: Any, scratch: str, in_thread: Any
+) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    outcome = in_thread(
+        lambda: run_command(
+            module_session,
+            ["sh", "-c", f"echo $$ > {scratch}/cmd; echo $PPID > {scratch}/guest; exec sleep 60"],
+        )
+    )
+    guest_pid = _wait_for_file(module_session, f"{scratch}/guest")
+    command_pid = _wait_for_file(module_session, f"{scratch}/cmd")
+    killed_at = time.monotonic()
+    assert run_command(module_session, ["kill", "-KILL", guest_pid]).exit_code == 0
+    outcome["thread"].join(guest.STALL_S)
+    assert time.monotonic() - killed_at < 5
+    assert isinstance(outcome.get("error"), GuestProtocolError), outcome
+    assert "final frame" in str(outcome["error"])
+    run_command(module_session, ["kill", "-KILL", command_pid])
+
+
+@pytest.mark.parametrize("after_events", [1, 4])
+def test_a_dropped_stream_is_an_error_not_a_result(
+    lizard_local: Any, module_session: Any, after_events: int
+) -> None:
+    lizard_local.inject_stream_drop(count=1, after_events=after_events)
+    with pytest.raises(GuestProtocolError, match="may have partly run"):
+        run_command(module_session, ["sh", "-c", "echo a; sleep 0.2; echo b; sleep 0.2; echo c"])
+    assert run_command(module_session, ["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_a_stalled_guest_is_detected_killed_and_reported(
+    module_session: Any, scratch: str, in_thread: Any
+) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    sandbox = _sandbox(module_session)
+    script = f"echo $$ > {scratch}/cmd; echo $PPID > {scratch}/guest; exec sleep 60"
+    outcome = in_thread(
+        lambda: guest.run_guest(sandbox, _run_request(["sh", "-c", script]), stall_s=2.0)
+    )
+    guest_pid = _wait_for_file(module_session, f"{scratch}/guest")
+    command_pid = _wait_for_file(module_session, f"{scratch}/cmd")
+    stopped_at = time.monotonic()
+    run_command(module_session, ["kill", "-STOP", guest_pid])  # alive, silent, no heartbeats
+    outcome["thread"].join(30)
+    assert isinstance(outcome.get("error"), GuestProtocolError), outcome
+    assert "stopped answering" in str(outcome["error"])
+    assert time.monotonic() - stopped_at < 2.0 + guest.CANCEL_GRACE_S + 3
+    # Killed, not left behind: the guest and its command's process group.
+    assert not _alive(module_session, guest_pid)
+    assert not _alive(module_session, command_pid)
+
+
+def test_heartbeats_keep_a_silent_guest_alive(module_session: Any) -> None:
+    sandbox = _sandbox(module_session)
+    final = guest.run_guest(sandbox, _run_request(["sleep", "2"], hb=0.3), stall_s=1.0)
+    assert final["rc"] == 0
+
+
+def test_the_host_deadline_bounds_a_call_and_stops_the_guest(
+    module_session: Any, scratch: str
+) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    sandbox = _sandbox(module_session)
+    script = f"echo $$ > {scratch}/cmd; exec sleep 60"
+    started = time.monotonic()
+    with pytest.raises(GuestProtocolError, match="did not finish within 1 s"):
+        guest.run_guest(sandbox, _run_request(["sh", "-c", script]), deadline_s=1.0)
+    assert time.monotonic() - started < 1.0 + guest.CANCEL_GRACE_S + 3
+    assert not _alive(module_session, _wait_for_file(module_session, f"{scratch}/cmd"))
+
+
+def test_a_raising_callback_stops_the_command(module_session: Any, scratch: str) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+
+    def explode(data: bytes) -> None:
+        raise RuntimeError("callback failed")
+
+    script = f"echo $$ > {scratch}/cmd; echo hello; exec sleep 60"
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match="callback failed"):
+        run_command(module_session, ["sh", "-c", script], on_stdout=explode)
+    assert time.monotonic() - started < guest.CANCEL_GRACE_S + 3
+    assert not _alive(module_session, _wait_for_file(module_session, f"{scratch}/cmd"))
+
+
+def test_a_cancellation_stops_the_guest_and_raises(module_session: Any, scratch: str) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    sandbox = _sandbox(module_session)
+    cancel = guest.Cancellation()
+    script = f"echo $$ > {scratch}/cmd; exec sleep 60"
+    seen: list[str] = []
+
+    def on_frame(frame: dict[str, Any]) -> None:
+        seen.append(frame["t"])
+        if frame["t"] == "start":  # the command runs: cancel from another thread
+            threading.Timer(0.2, cancel.cancel).start()
+
+    started = time.monotonic()
+    with pytest.raises(guest.GuestCancelledError):
+        guest.run_guest(
+            sandbox, _run_request(["sh", "-c", script]), on_frame=on_frame, cancel=cancel
+        )
+    assert time.monotonic() - started < guest.CANCEL_GRACE_S + 3
+    assert seen == ["start"]
+    assert not _alive(module_session, _wait_for_file(module_session, f"{scratch}/cmd"))
+
+
+@pytest.mark.usefixtures("profile")
+def test_frames_split_by_the_platform_are_joined_again(
+    lizard_local: Any, module_session: Any
+) -> None:
+    lizard_local.configure(line_split_bytes=1000)
+    try:
+        result = run_command(module_session, ["head", "-c", "200000", "/dev/urandom"])
+        again = run_command(module_session, ["sh", "-c", 'printf %s "$1"', "sh", "x" * 5000])
+    finally:
+        lizard_local.configure(line_split_bytes=64 * 1024)
+    assert len(result.stdout) == 200000
+    assert again.stdout == b"x" * 5000
+
+
+@pytest.mark.usefixtures("profile")
+def test_a_request_larger_than_one_argument_is_split(
+    module_session: Any, api_requests: Any
+) -> None:
+    big = "y" * 120_000  # one argv item of the command, so the request needs two
+    result = run_command(module_session, ["printf", "%s", big])
+    assert result.stdout == big.encode()
+    assert api_requests.counts() == {EXEC: 1}
+
+
+@pytest.mark.usefixtures("profile")
+def test_cleanup_rides_on_the_next_request(module_session: Any, api_requests: Any) -> None:
+    sandbox = _sandbox(module_session)
+    job = f"{guest.JOBS_ROOT}/cleanup-test"
+    run_command(module_session, ["mkdir", "-p", f"{job}/inner"])
+    guest.schedule_cleanup(sandbox, job)
+    api_requests.reset()
+    assert run_command(module_session, ["test", "-e", job]).exit_code == 1
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_the_guest_refuses_to_clean_up_outside_its_job_root(
+    module_session: Any, scratch: str
+) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    sandbox = _sandbox(module_session)
+    guest.run_guest(sandbox, {"op": "exists", "path": "/", "rm": [scratch, f"{scratch}/.."]})
+    assert SandboxFiles(module_session).exists(scratch)
+
+
+def test_the_api_key_is_not_in_the_guest_argv(module_session: Any) -> None:
+    argv = run_command(module_session, ["sh", "-c", "cat /proc/$PPID/cmdline"]).stdout
+    assert os.environ["LIZARD_API_KEY"].encode() not in argv
+    assert argv.split(b"\0")[:4] == [b"python3", b"-I", b"-S", b"-c"]
+
+
+def test_async_commands_work_under_trio(module_session: Any) -> None:
+    trio = pytest.importorskip("trio")
+    from lizard_core.commands import arun_command
+
+    async def main() -> bytes:
+        return (await arun_command(module_session, ["echo", "trio"])).stdout
+
+    assert trio.run(main) == b"trio\n"
+
+
+def test_errors_are_lizard_integration_errors(module_session: Any) -> None:
+    assert issubclass(guest.GuestNotStartedError, GuestProtocolError)
+    assert issubclass(GuestProtocolError, LizardIntegrationError)
+
+
+def test_a_gone_sandbox_is_sandbox_gone_not_a_missing_file(lizard_local: Any) -> None:
+    session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
+    sandbox = session.sandbox()
+    try:
+        assert guest.fetch_file(session, sandbox, "/tmp/no-such-file") is None
+        lizard_local.expire(session.sandbox_id)
+        with pytest.raises(SandboxGoneError):
+            guest.fetch_file(session, sandbox, "/tmp/no-such-file")
+        with pytest.raises(SandboxGoneError):
+            guest.run_guest(sandbox, {"op": "exists", "path": "/"})
+        with pytest.raises(SandboxGoneError):
+            run_command(session, ["true"])
+        with pytest.raises(SandboxGoneError):
+            SandboxFiles(session).read_bytes("/tmp/x")
+    finally:
+        session.destroy()
