@@ -1,0 +1,85 @@
+"""The adapter's one mapping from lizard_core failures to what smolagents expects.
+
+Contract:
+- A failure the model can act on (a Python error, a timeout, a lost namespace, a refused final
+  answer, a dropped connection or a lost answer, after which the step's effects are unknown) is a
+  ``StepError``: an ``AgentError``, so code that caught the 0.1.0
+  package's ``AgentError`` still does. ``CodeAgent`` wraps it in ``AgentExecutionError``, which logs
+  it; ``StepError`` itself does not log, so each error is printed once.
+- A sandbox that is gone (deleted, expired), credentials that are refused, an exhausted quota,
+  or a kernel that cannot start cannot be fixed by the model. smolagents 1.26 turns every
+  ``Exception`` raised by an executor into a step error and lets the model try again until
+  ``max_steps``, so ``SandboxUnavailableError`` derives from ``BaseException`` (as
+  ``KeyboardInterrupt`` does): it ends ``agent.run`` at once, with the lizard_core error as its
+  ``__cause__``.
+- Messages never contain the API key (lizard_core's errors are already redacted).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from smolagents.utils import AgentError
+
+from lizard_core import errors as core_errors
+from lizard_core.kernel import KernelUnavailableError
+
+
+class StepError(AgentError):  # type: ignore[misc]  # smolagents ships no type information
+    """A step failed in a way the model sees and can recover from; the run goes on."""
+
+    def __init__(self, message: str) -> None:
+        # AgentError.__init__ would log the message; CodeAgent logs the wrapping error already.
+        Exception.__init__(self, message)
+        self.message = message
+
+
+class SandboxUnavailableError(BaseException):
+    """The sandbox cannot run code any more (gone, credentials refused, quota); the run ends.
+
+    A ``BaseException`` on purpose: an ``Exception`` would become one more step error for the model
+    to retry, failing every remaining step the same way.
+    """
+
+
+class PackageInstallError(RuntimeError):
+    """pip failed in the sandbox; ``packages`` were requested and ``output`` is pip's output."""
+
+    def __init__(self, packages: list[str], output: str) -> None:
+        super().__init__(
+            f"Installing {', '.join(packages)} in the sandbox failed; pip said:\n{output.rstrip()}"
+        )
+        self.packages = packages
+        self.output = output
+
+
+# The model cannot fix these, and every later step would fail the same way.
+_FATAL = (
+    core_errors.SandboxGoneError,
+    core_errors.CredentialsError,
+    core_errors.QuotaError,
+    KernelUnavailableError,
+)
+
+
+@contextmanager
+def mapped_errors(doing: str) -> Iterator[None]:
+    """Run a block that talks to the sandbox; re-raise lizard_core errors as smolagents expects.
+
+    ``doing`` completes "...failed while {doing}" in messages, e.g. "running the step".
+    """
+    try:
+        yield
+    except _FATAL as exc:
+        raise SandboxUnavailableError(
+            f"The Lizard sandbox can no longer run code ({type(exc).__name__} while {doing}): "
+            f"{exc}. The agent run stops here."
+        ) from exc
+    except (core_errors.TransientError, core_errors.GuestProtocolError) as exc:
+        raise StepError(
+            f"The connection to the sandbox failed while {doing} ({exc}). Whether the code ran "
+            "is unknown: check the state you need before running it again."
+        ) from exc
+    except core_errors.LizardIntegrationError as exc:
+        raise StepError(f"The sandbox failed while {doing}: {type(exc).__name__}: {exc}") from exc

@@ -1,0 +1,105 @@
+"""Decode the final answer that smolagents' patched ``final_answer`` tool raises in the sandbox.
+
+Contract:
+- ``RemotePythonExecutor.send_tools`` patches ``final_answer`` to raise ``FinalAnswerException``
+  whose message is ``"safe:" + JSON`` (or ``"pickle:" + base64`` when pickle is allowed). The kernel
+  reports it like any other exception, by class name and message.
+- Only the ``safe:`` form is decoded, with ``json`` and smolagents'
+  ``SafeSerializer.from_json_safe`` (plain data, bytes, dates, tuples, sets, numpy arrays, PIL
+  images). ``pickle:`` is refused: the sandbox runs model-written code, and unpickling its output
+  would run that code on the host.
+- The encoded answer is bounded (``max_bytes``; the kernel returns exception messages whole).
+  Images are bounded in pixels and fully decoded here, so a hostile PNG fails now, with a clear
+  error, not later in the caller's code.
+- The patched tool imports numpy and PIL only to serialize arrays and images, inside
+  ``try/except ImportError``; smolagents hoists those imports to the top of the tool's definition
+  cell, where a missing module breaks the definition. ``guard_optional_imports`` puts the guard
+  back, so no package is installed for ``final_answer``: an array or an image in an answer means
+  its module is already importable in the sandbox.
+- Every refusal raises ``FinalAnswerError`` (a ``ValueError``) whose text tells the model what to
+  do instead; the executor turns it into a step error.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from PIL import Image
+from smolagents.serialization import SafeSerializer
+
+FINAL_ANSWER_EXCEPTION = "FinalAnswerException"
+"""The class name smolagents' patched ``final_answer`` raises in the sandbox."""
+
+OPTIONAL_MODULES = frozenset({"PIL", "numpy"})
+"""Modules the patched ``final_answer`` uses only when the answer holds their objects."""
+
+MAX_IMAGE_PIXELS = 50_000_000
+"""Largest image (width x height) accepted in a final answer."""
+
+
+class FinalAnswerError(ValueError):
+    """The sandbox returned a final answer that is refused (pickle, too large, malformed)."""
+
+
+def decode_final_answer(encoded: str, *, max_bytes: int) -> Any:
+    """Return the Python value of a ``FinalAnswerException`` message, or raise FinalAnswerError."""
+    size = len(encoded.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise FinalAnswerError(
+            f"The final answer is {size:,} bytes once serialized, over the {max_bytes:,}-byte "
+            "limit. Return a smaller value (a summary, or the path of a file in the sandbox)."
+        )
+    if encoded.startswith("pickle:"):
+        raise FinalAnswerError(
+            "The final answer came back pickled, and pickle is refused: return plain data "
+            "(str, numbers, lists, dicts, tuples, sets, bytes, dates, numpy arrays, PIL images)."
+        )
+    if not encoded.startswith("safe:"):
+        raise FinalAnswerError(
+            "The final answer is not in smolagents' 'safe:' format; call final_answer(value) "
+            "with plain data."
+        )
+    try:
+        data = json.loads(encoded[len("safe:") :])
+        value = SafeSerializer.from_json_safe(data)
+    except (ValueError, TypeError, KeyError, OSError, Image.DecompressionBombError) as exc:
+        # OSError: PIL cannot identify the image bytes.
+        raise FinalAnswerError(f"The final answer could not be decoded: {exc}") from exc
+    _load_images(value)
+    return value
+
+
+def _load_images(value: Any) -> None:
+    """Decode every PIL image in ``value`` now, refusing ones larger than MAX_IMAGE_PIXELS."""
+    if isinstance(value, dict):
+        for item in value.values():
+            _load_images(item)
+    elif isinstance(value, list | tuple | set | frozenset):
+        for item in value:
+            _load_images(item)
+    elif isinstance(value, Image.Image):
+        width, height = value.size
+        if width * height > MAX_IMAGE_PIXELS:
+            raise FinalAnswerError(
+                f"The final answer holds a {width}x{height} image, over the "
+                f"{MAX_IMAGE_PIXELS:,}-pixel limit; return a smaller image."
+            )
+        try:
+            value.load()
+        except (OSError, ValueError) as exc:
+            raise FinalAnswerError(f"The final answer's image could not be decoded: {exc}") from exc
+
+
+def guard_optional_imports(code: str, modules: Iterable[str]) -> str:
+    """Wrap the top-level ``import M`` lines of ``code`` for ``modules`` in ``try/except``."""
+    for module in modules:
+        code = re.sub(
+            rf"^import {re.escape(module)}$",
+            f"try:\n    import {module}\nexcept ImportError:\n    pass",
+            code,
+            flags=re.MULTILINE,
+        )
+    return code

@@ -1,0 +1,552 @@
+"""LizardExecutor under a real smolagents CodeAgent, on lizard-local (and the cloud with -m live).
+
+Every test runs on both templates (``base``: no Jupyter; ``interpreter``).
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+import pytest
+from PIL import Image
+from smolagents import ActionStep, CodeAgent, ToolCallingAgent, tool
+from smolagents.monitoring import LogLevel
+from smolagents.utils import AgentError
+from smolagents_support import LIVE, ScriptedModel, code, recording_logger
+
+from smolagents_lizard import LizardExecutor, PackageInstallError, SandboxUnavailableError
+
+MakeExecutor = Callable[..., LizardExecutor]
+RunAgent = Callable[..., tuple[CodeAgent, Any]]
+
+
+def steps(agent: CodeAgent) -> list[ActionStep]:
+    return [step for step in agent.memory.steps if isinstance(step, ActionStep)]
+
+
+# ── state, errors, answers ───────────────────────────────────────────────
+
+
+def test_state_persists_and_an_error_step_is_recovered_from(run_agent: RunAgent) -> None:
+    agent, result = run_agent(
+        code("import math\nradius = 2.0\ndef area(r):\n    return math.pi * r * r"),
+        code("print('before the error')\nvalue = area(radius) / 0"),
+        code("final_answer(round(area(radius), 3))"),
+    )
+    assert result == 12.566
+    first, failed, last = steps(agent)
+    assert first.error is None
+    assert failed.error is not None
+    message = str(failed.error)
+    # What the model reads: the output printed before the error, the name, a clean traceback.
+    assert message.index("before the error") < message.index("ZeroDivisionError: float division")
+    assert "Traceback (most recent call last)" in message
+    assert "value = area(radius) / 0" in message
+    assert "\x1b" not in message
+    assert last.error is None
+    assert isinstance(agent.model, ScriptedModel)
+    assert "ZeroDivisionError" in agent.model.last_prompt  # the model was shown the error
+
+
+def test_a_python_error_is_logged_once(make_executor: MakeExecutor) -> None:
+    logger, out = recording_logger()
+    agent = CodeAgent(
+        tools=[],
+        model=ScriptedModel(code("1 / 0"), code("final_answer('done')")),
+        executor=make_executor(logger=logger),
+        logger=logger,
+        max_steps=2,
+    )
+    assert agent.run("Fail once.") == "done"
+    assert out.getvalue().count("ZeroDivisionError: division by zero") == 1
+
+
+@pytest.mark.parametrize(
+    ("expression", "expected"),
+    [
+        ("{'total': 42, 'items': [1, 2]}", {"total": 42, "items": [1, 2]}),
+        ("[1, 'two', 3.5]", [1, "two", 3.5]),
+        ("6 * 7", 42),
+        ("'a string'", "a string"),
+    ],
+)
+def test_final_answer_returns_plain_values(
+    run_agent: RunAgent, expression: str, expected: Any
+) -> None:
+    _, result = run_agent(code(f"final_answer({expression})"))
+    assert result == expected
+    assert isinstance(result, type(expected))  # smolagents returns str as its AgentText
+
+
+def test_final_answer_returns_a_pil_image(run_agent: RunAgent, third_party: str) -> None:
+    _, result = run_agent(
+        code(third_party + "from PIL import Image\nfinal_answer(Image.new('RGB', (5, 3), 'red'))")
+    )
+    # smolagents wraps image answers in AgentImage; to_raw() is the decoded PIL image.
+    assert isinstance(result, Image.Image)
+    image = result.to_raw()  # type: ignore[attr-defined]
+    assert image.size == (5, 3)
+    assert image.convert("RGB").getpixel((0, 0)) == (255, 0, 0)
+
+
+def test_large_final_answers_come_back_whole(run_agent: RunAgent, third_party: str) -> None:
+    _, text = run_agent(code("final_answer('x' * 300_000)"))
+    assert text == "x" * 300_000
+    _, image = run_agent(
+        code(
+            third_party + "import numpy as np\nfrom PIL import Image\n"
+            "pixels = np.random.default_rng(0).integers(0, 255, (300, 300, 3), dtype=np.uint8)\n"
+            "final_answer(Image.fromarray(pixels))"
+        )
+    )
+    raw = image.to_raw()
+    assert raw.size == (300, 300)  # about 360 KB of base64 PNG in the exception message
+
+
+def test_an_answer_over_the_size_limit_is_a_step_error_the_model_sees(
+    run_agent: RunAgent, make_executor: MakeExecutor
+) -> None:
+    agent, result = run_agent(
+        code("final_answer('x' * 20_000)"),
+        code("final_answer('short')"),
+        executor=make_executor(max_final_answer_bytes=10_000),
+    )
+    assert result == "short"
+    assert "over the 10,000-byte limit" in str(steps(agent)[0].error)
+
+
+def test_an_agent_can_run_twice_on_one_executor(
+    make_executor: MakeExecutor, run_agent: RunAgent
+) -> None:
+    executor = make_executor()
+    run_agent(code("kept = 1\nfinal_answer('first')"), executor=executor)
+    # The second run sends the tools again: the final_answer patch must not be applied twice.
+    _, result = run_agent(code("final_answer(kept + 1)"), executor=executor)
+    assert result == 2
+
+
+def test_additional_args_reach_the_sandbox(run_agent: RunAgent) -> None:
+    _, result = run_agent(
+        code("final_answer(f'{label}: {sum(numbers)}')"),
+        additional_args={"numbers": [1, 2, 3], "label": "sum"},
+    )
+    assert result == "sum: 6"
+
+
+def test_tools_run_in_the_sandbox(make_executor: MakeExecutor) -> None:
+    @tool  # type: ignore[untyped-decorator]  # smolagents is untyped
+    def shout(text: str) -> str:
+        """Return the text in capitals.
+
+        Args:
+            text: what to shout.
+        """
+        return text.upper() + "!"
+
+    agent = CodeAgent(
+        tools=[shout],
+        model=ScriptedModel(code("final_answer(shout('hello'))")),
+        executor=make_executor(),
+        max_steps=1,
+        verbosity_level=LogLevel.OFF,
+    )
+    assert agent.run("Shout.") == "HELLO!"
+
+
+def test_managed_agents_are_refused_before_any_sandbox_exists(make_executor: MakeExecutor) -> None:
+    helper = ToolCallingAgent(
+        tools=[], model=ScriptedModel(), name="helper", description="Helps.", max_steps=1
+    )
+    executor = make_executor()
+    agent = CodeAgent(
+        tools=[],
+        model=ScriptedModel(),
+        executor=executor,
+        managed_agents=[helper],
+        verbosity_level=LogLevel.OFF,
+    )
+    with pytest.raises(ValueError, match=r"does not support managed agents \(helper\)"):
+        agent.run("Delegate.")
+    assert executor.sandbox_id is None
+
+
+# ── outputs ──────────────────────────────────────────────────────────────
+
+
+def test_the_final_expression_is_the_output_and_prints_are_logs(
+    make_executor: MakeExecutor,
+) -> None:
+    with make_executor() as executor:
+        executor("x = 40")
+        result = executor("print('out'); import sys; print('err', file=sys.stderr)\nx + 2")
+        assert result.output == "42"
+        assert result.logs == "out\nerr\n"
+        assert not result.is_final_answer
+
+
+def test_images_come_back_as_pil_images(make_executor: MakeExecutor, third_party: str) -> None:
+    executor = make_executor()
+    executor(third_party)
+    image = executor("from PIL import Image\nImage.new('RGB', (4, 2), (0, 0, 255))").output
+    assert isinstance(image, Image.Image)
+    assert image.size == (4, 2)
+    assert image.getpixel((0, 0)) == (0, 0, 255)
+
+
+def test_figures_and_dataframes_are_not_lost(make_executor: MakeExecutor, third_party: str) -> None:
+    executor = make_executor()
+    executor(third_party)
+    # A figure beats an uninformative value such as matplotlib's list of Line2D objects.
+    figure = executor(
+        "import matplotlib\nmatplotlib.use('Agg')\nimport matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2, 3])"
+    ).output
+    assert isinstance(figure, Image.Image)
+    hidden = executor("plt.figure()\nplt.plot([3, 2, 1]);").output  # ';' hides the value
+    assert isinstance(hidden, Image.Image)
+    titled = executor("plt.title('kept as text')").output
+    assert titled == "Text(0.5, 1.0, 'kept as text')"
+    table = executor("import pandas as pd\npd.DataFrame({'a': [1, 2], 'b': ['x', 'y']})").output
+    assert table.split() == ["a", "b", "0", "1", "x", "1", "2", "y"]
+
+
+def test_two_megabytes_of_output_are_capped_with_a_marker(run_agent: RunAgent) -> None:
+    agent, result = run_agent(
+        code("for i in range(20000):\n    print(f'{i:06d}' + 'x' * 94)"),  # 20000 * 101 bytes
+        code("final_answer('still here')"),
+    )
+    assert result == "still here"
+    observations = steps(agent)[0].observations or ""
+    assert "characters of output cut by smolagents-lizard" in observations
+    assert observations.count("\n") < 1000
+    assert len(observations) < 52_000
+    assert "000000" + "x" * 94 in observations  # the beginning is kept
+
+
+def test_long_steps_stream_their_output_while_they_run(make_executor: MakeExecutor) -> None:
+    logger, out = recording_logger()
+    executor = make_executor(logger=logger, live_logs_after=0.3)
+    executor("import time")
+    started = time.monotonic()
+    seen_at: list[float] = []
+
+    class Watch:
+        def write(self, text: str) -> int:
+            if "first line" in text and not seen_at:
+                seen_at.append(time.monotonic() - started)
+            return out.write(text)
+
+        def flush(self) -> None:
+            pass
+
+    logger.console.file = Watch()
+    executor("print('first line', flush=True)\ntime.sleep(2.5)\nprint('second line')")
+    finished = time.monotonic() - started
+    assert seen_at, out.getvalue()
+    assert seen_at[0] < finished - 1.5  # shown while the step was still running
+    assert "second line" in out.getvalue()
+
+
+# ── timeouts and lost state ──────────────────────────────────────────────
+
+
+def test_a_timeout_interrupts_the_step_and_keeps_state(
+    run_agent: RunAgent, make_executor: MakeExecutor
+) -> None:
+    started: list[float] = []
+
+    def sleeper() -> str:
+        started.append(time.time())  # ActionStep timings are wall-clock
+        return code("import time\nprint('sleeping')\ntime.sleep(10)")
+
+    agent, result = run_agent(
+        code("kept = 'earlier value'"),
+        sleeper,
+        code("final_answer(kept)"),
+        executor=make_executor(command_timeout_ms=1000),
+    )
+    assert result == "earlier value"
+    timed_out = steps(agent)[1]
+    message = str(timed_out.error)
+    assert "sleeping" in message
+    assert "TimeoutError: the code ran longer than the 1 s step timeout" in message
+    assert "Variables from earlier steps are kept" in message
+    assert timed_out.timing.end_time is not None
+    assert timed_out.timing.end_time - started[0] < 4
+
+
+def test_a_cell_that_ignores_the_interrupt_restarts_the_kernel(
+    run_agent: RunAgent, make_executor: MakeExecutor
+) -> None:
+    agent, result = run_agent(
+        code("lost = 'gone after the restart'"),
+        code(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print('ignoring interrupts')\ntime.sleep(30)"
+        ),
+        code("final_answer(['lost' in globals(), seed])"),
+        executor=make_executor(command_timeout_ms=1000),
+        additional_args={"seed": 7},
+    )
+    # Tools (final_answer) and the agent's variables (seed) were sent to the new kernel.
+    assert result == [False, 7]
+    message = str(steps(agent)[1].error)
+    assert "ignoring interrupts" in message
+    assert "TimeoutError" in message
+    assert "every variable, import and function defined in earlier steps is gone" in message
+
+
+def test_a_gone_sandbox_ends_the_run_at_once(
+    make_executor: MakeExecutor, local_server: Any
+) -> None:
+    executor = make_executor()
+
+    def expire_then_reply() -> str:
+        assert executor.sandbox_id is not None
+        local_server.expire(executor.sandbox_id)
+        return code("print('never runs')")
+
+    model = ScriptedModel(code("x = 1"), expire_then_reply, code("x"), code("x"))
+    agent = CodeAgent(
+        tools=[], model=model, executor=executor, max_steps=4, verbosity_level=LogLevel.OFF
+    )
+    with pytest.raises(SandboxUnavailableError, match="can no longer run code") as raised:
+        agent.run("Work.")
+    assert model.calls == 2  # no step after the one that found the sandbox gone
+    assert type(raised.value.__cause__).__name__ == "SandboxGoneError"
+
+
+def test_a_kernel_that_dies_is_replaced_and_the_model_told(
+    run_agent: RunAgent, make_executor: MakeExecutor
+) -> None:
+    agent, result = run_agent(
+        code("before = 1"),
+        code("import os\nos._exit(1)"),
+        code("final_answer(['before' in globals(), seed])"),
+        executor=make_executor(),
+        additional_args={"seed": 3},
+    )
+    assert result == [False, 3]
+    assert "every variable, import and function defined in earlier steps is gone" in str(
+        steps(agent)[1].error
+    )
+
+
+def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(
+    run_agent: RunAgent, make_executor: MakeExecutor, local_server: Any
+) -> None:
+    def drop_then_reply() -> str:
+        local_server.inject_stream_drop(count=1, after_events=2)
+        return code("print('partial')\nimport time\ntime.sleep(1)\nprint('rest')")
+
+    agent, result = run_agent(
+        code("kept = 'yes'"),
+        drop_then_reply,
+        code("final_answer(kept)"),
+        executor=make_executor(),
+    )
+    assert result == "yes"
+    assert "Whether the code ran is unknown" in str(steps(agent)[1].error)
+
+
+# ── requests ─────────────────────────────────────────────────────────────
+
+
+def test_one_request_per_step(make_executor: MakeExecutor, local_server: Any) -> None:
+    executor = make_executor()
+    agent = CodeAgent(
+        tools=[],
+        model=ScriptedModel(*(code(f"v{i} = {i}") for i in range(4)), code("final_answer(v3)")),
+        executor=executor,
+        max_steps=5,
+        verbosity_level=LogLevel.OFF,
+    )
+    assert agent.run("Count.") == 3
+    routes = local_server.counters()["routes"]
+    execs = routes.pop("POST /api/sandboxes/{id}/exec")
+    routes.pop("GET /api/projects", None)  # the SDK resolves the project once per process
+    assert execs == 1 + 5  # the tools, then one per step
+    assert routes == {"POST /api/sandboxes": 1}
+
+
+def test_the_constructor_makes_no_request(local_server: Any) -> None:
+    executor = LizardExecutor(["numpy"], None, command_timeout_ms=5000, template="base")
+    assert executor.sandbox_id is None
+    executor.cleanup()
+    assert local_server.counters()["total"] == 0
+
+
+# ── packages ─────────────────────────────────────────────────────────────
+
+
+def test_present_packages_are_not_installed(
+    make_executor: MakeExecutor, third_party: str, local_server: Any
+) -> None:
+    executor = make_executor()
+    executor(third_party)
+    local_server.reset_counters()
+    assert executor.install_packages(["numpy", "PIL"]) == ["numpy", "pillow"]
+    assert local_server.counters()["routes"] == {"POST /api/sandboxes/{id}/exec": 1}
+
+
+def test_a_failed_install_shows_pips_output(make_executor: MakeExecutor) -> None:
+    executor = make_executor()
+    # pip refuses the version without touching the network (or is missing: also reported).
+    with pytest.raises(PackageInstallError, match="surely-missing-package") as raised:
+        executor.install_packages(["surely-missing-package==!!"])
+    assert "pip" in str(raised.value).lower()
+    assert raised.value.output.strip()
+
+
+def test_missing_additional_imports_fail_the_run_clearly(make_executor: MakeExecutor) -> None:
+    executor = make_executor(additional_imports=["surely-missing-package==!!"])
+    agent = CodeAgent(
+        tools=[], model=ScriptedModel(), executor=executor, verbosity_level=LogLevel.OFF
+    )
+    with pytest.raises(PackageInstallError, match="surely-missing-package"):
+        agent.run("Use the package.")
+
+
+# ── direct use, cleanup, attach ──────────────────────────────────────────
+
+
+def test_a_step_error_is_an_agent_error_when_called_directly(make_executor: MakeExecutor) -> None:
+    executor = make_executor()
+    with pytest.raises(AgentError, match="ValueError: bad input"):
+        executor("raise ValueError('bad input')")
+
+
+def test_cleanup_is_idempotent_and_the_executor_closed(
+    make_executor: MakeExecutor, backend: Any
+) -> None:
+    executor = make_executor()
+    executor("x = 1")
+    sandbox_id = executor.sandbox_id
+    executor.cleanup()
+    executor.cleanup()
+    with pytest.raises(RuntimeError, match="closed"):
+        executor("x")
+    if backend.server is not None:
+        assert sandbox_id not in backend.server.sandboxes()
+
+
+def test_a_failed_deletion_keeps_the_handle_for_a_retry(
+    make_executor: MakeExecutor, local_server: Any
+) -> None:
+    executor = make_executor()
+    executor("x = 1")
+    sandbox_id = executor.sandbox_id
+    local_server.inject_fault("DELETE /api/sandboxes/{id}", status=400, count=1)
+    with pytest.raises(Exception, match="400"):
+        executor.cleanup()
+    assert sandbox_id in local_server.sandboxes()
+    executor.cleanup()
+    assert sandbox_id not in local_server.sandboxes()
+
+
+def test_cleanup_never_hides_the_exception_that_ended_the_run(
+    make_executor: MakeExecutor, local_server: Any
+) -> None:
+    executor = make_executor()
+
+    def run_that_fails() -> None:
+        with executor:
+            executor("x = 1")
+            local_server.inject_fault("DELETE /api/sandboxes/{id}", status=400, count=1)
+            raise RuntimeError("the real failure")
+
+    with pytest.raises(RuntimeError, match="the real failure") as raised:
+        run_that_fails()
+    assert any("deleting sandbox" in note for note in raised.value.__notes__)
+    executor.cleanup()  # the retry succeeds
+    assert executor.sandbox_id not in local_server.sandboxes()
+
+
+def test_an_executor_dropped_without_cleanup_deletes_its_sandbox(local_server: Any) -> None:
+    executor = LizardExecutor(logger=recording_logger()[0], template="base")
+    executor("x = 1")
+    sandbox_id = executor.sandbox_id
+    assert sandbox_id in local_server.sandboxes()
+    del executor
+    gc.collect()
+    assert sandbox_id not in local_server.sandboxes()
+
+
+def test_attaching_shares_the_namespace_and_leaves_the_sandbox_running(
+    make_executor: MakeExecutor, backend: Any
+) -> None:
+    owner = make_executor()
+    owner("shared = 'from the owner'")
+    guest = make_executor(sandbox_id=owner.sandbox_id)
+    assert guest("shared").output == "'from the owner'"
+    guest.cleanup()
+    assert owner("shared + '!'").output == "'from the owner!'"
+    if backend.server is not None:
+        assert owner.sandbox_id in backend.server.sandboxes()
+
+
+def test_envs_reach_the_sandbox_and_the_api_key_does_not(
+    make_executor: MakeExecutor, backend: Any
+) -> None:
+    executor = make_executor(
+        envs={"TOOL_TOKEN": "tool-secret"}, internet_access=False, region="us-east-1"
+    )
+    assert executor("import os\nos.environ['TOOL_TOKEN']").output == "'tool-secret'"
+    key = backend.api_key
+    leaked = executor(f"[k for k, v in os.environ.items() if {key!r} in v]").output
+    assert leaked == "[]"
+
+
+def test_keep_alive_outlives_the_lifetime(make_executor: MakeExecutor) -> None:
+    executor = make_executor(lifetime_ms=2000, keep_alive=True)
+    executor("import time")
+    started = time.monotonic()
+    while time.monotonic() - started < 3.5:  # well past the 2 s lifetime
+        executor("time.sleep(0.5)")
+    assert executor("'alive'").output == "'alive'"
+
+
+@pytest.mark.parametrize("backend", [pytest.param("live", marks=LIVE)], indirect=True)
+def test_install_packages_makes_a_new_package_importable(make_executor: MakeExecutor) -> None:
+    # Live only: installing from PyPI needs the network.
+    executor = make_executor()
+    executor("x = 21")
+    assert executor.install_packages(["emoji==2.15.0"]) == ["emoji==2.15.0"]
+    result = executor("import emoji\nprint(emoji.emojize(':snake:'))\nx * 2")
+    assert "🐍" in result.logs
+    assert result.output == "42"  # installed into the running kernel, no restart
+
+
+# ── construction ─────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error"),
+    [
+        ({"command_timeout_ms": 0}, ValueError),
+        ({"command_timeout_ms": 1.5}, TypeError),
+        ({"allow_pickle": True}, ValueError),
+        ({"additional_imports": "numpy"}, TypeError),
+        ({"additional_imports": ["--index-url=https://example.com"]}, ValueError),
+        ({"size": "huge"}, ValueError),
+        ({"api_url": "http://example.com"}, ValueError),
+        ({"envs": {"A": 1}}, TypeError),
+        ({"live_logs_after": -1}, ValueError),
+        ({"sandbox_id": "../x"}, ValueError),
+    ],
+)
+def test_bad_options_are_refused_before_any_request(
+    kwargs: dict[str, Any], error: type[Exception], local_server: Any
+) -> None:
+    with pytest.raises(error):
+        LizardExecutor(**kwargs)
+    assert local_server.counters()["total"] == 0
+
+
+def test_the_executor_registry_entry_point_loads_the_executor() -> None:
+    (entry,) = [ep for ep in entry_points(group="smolagents.executors") if ep.name == "lizard"]
+    assert entry.load() is LizardExecutor
