@@ -1,0 +1,765 @@
+"""A persistent Python kernel in the sandbox: one namespace, one request per cell, no Jupyter.
+
+:class:`Kernel` runs Python cells in a daemon that lives in the sandbox (the standard-library
+program ``lizard_core._guest.kernel_daemon``, started on first use by the small client that each
+call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against lizard-local in
+``tests/test_kernel.py``; the guest half is tested directly in ``tests/test_kernel_daemon.py``):
+
+- **Cost.** One exec request per :meth:`Kernel.execute`, the first one included (a new sandbox
+  costs create + 1): the client starts the daemon itself when none is running. A cell whose
+  frames pass :data:`STREAM_BUDGET` (big images, lots of output) costs one more, a ``GET files``
+  for the rest, which then reaches ``on_output`` at the end; its job directory is removed by the
+  next guest request at no cost. Constructing a kernel makes no request; bad arguments raise
+  TypeError/ValueError before any sandbox exists.
+- **Cells run as IPython runs them.** The statements, then the last expression, whose value is the
+  main rich result (a trailing ``;`` hides it). Variables, functions, classes and imports persist
+  between cells; classes defined in cells pickle (``__main__`` is the namespace); ``__future__``
+  imports hold for later cells; top-level ``await`` works; ``display(obj)`` adds a result.
+- **Output** written to ``sys.stdout``/``sys.stderr`` and to descriptors 1 and 2 (subprocesses,
+  C code) reaches ``on_output`` while the cell runs, in order within each stream, and is
+  accumulated in :attr:`ExecutionResult.stdout`/``stderr``. Past ``max_output_bytes`` per cell
+  the rest is dropped and an explicit marker (:data:`OUTPUT_CUT_MARKER`) is written where the cut
+  happened; :attr:`ExecutionResult.output_truncated` says so. Output is never cut silently.
+- **Rich results.** ``text/plain`` always; ``image/png`` (base64) for PIL images, matplotlib
+  figures (Agg; every figure the cell leaves open is sent and closed) and ``_repr_png_``;
+  ``text/html``, ``application/json`` and IPython's other ``_repr_*_`` forms when offered; pandas
+  DataFrames give HTML and JSON. A value over ``max_result_bytes`` is cut (``text/plain``, with a
+  marker) or left out and named in :attr:`RichResult.omitted`.
+- **Errors.** Any BaseException from the cell (an exception class defined in the cell such as
+  smolagents' ``FinalAnswerException``, ``SystemExit``, ``KeyboardInterrupt``) comes back as
+  :class:`ExecutionError` with its class name, message and an ANSI-free traceback of the cell's
+  own frames; the kernel lives on.
+- **Timeouts.** At ``timeout`` seconds the cell is interrupted (KeyboardInterrupt, repeated
+  during ``grace``) and the namespace is kept: the error is ``TimeoutError`` and
+  :attr:`ExecutionResult.timed_out` is set. If the cell does not stop within ``grace`` (it
+  ignores SIGINT, or is stuck in native code), the kernel's process group is killed, a fresh
+  kernel is started, and the result says so: :attr:`ExecutionResult.state_lost` and a plain
+  :attr:`ExecutionResult.notice`. A kernel that died (``os._exit``, a crash, the OOM killer)
+  during a cell or between cells is reported the same way, on the call that finds it; the next
+  call runs in a fresh kernel. The host gives up on a guest that stops answering (see
+  :mod:`lizard_core.guest`).
+- **Environment.** ``env`` is set in ``os.environ`` for one cell and restored after it; nothing
+  from the host is copied. The API key never enters the sandbox.
+- **Packages.** :meth:`Kernel.install` runs pip in a subprocess of the kernel (output streamed),
+  puts the user site on ``sys.path`` and invalidates import caches, so new packages import in the
+  running namespace; a failure is an :class:`ExecutionError` named ``PipError`` carrying pip's
+  output.
+- **Cancellation.** Cancelling :meth:`Kernel.aexecute`'s task (or Ctrl-C in :meth:`execute`)
+  interrupts the running cell, keeps the kernel, waits for the guest to finish, and propagates.
+- **Concurrency.** A :class:`Kernel` runs one cell at a time (concurrent calls queue).
+  :meth:`interrupt`, :meth:`restart` and :meth:`close` do not wait for a running cell.
+- **Place.** The daemon listens on a Unix socket in ``$TMPDIR/.lizard-kernel-<uid>/<name>-<id>``
+  inside the sandbox, a 0700 directory; ``name`` lets several kernels share one sandbox.
+"""
+
+from __future__ import annotations
+
+import base64
+import codecs
+import contextlib
+import functools
+import hashlib
+import json
+import math
+import posixpath
+import re
+import threading
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import lizard
+
+from lizard_core._guest import source
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
+from lizard_core.guest import (
+    JOBS_ROOT,
+    Cancellation,
+    Frame,
+    arun_cancellable,
+    loop_callback,
+    run_guest,
+    schedule_cleanup,
+)
+from lizard_core.session import Session
+
+__all__ = [
+    "DEFAULT_GRACE_S",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "DEFAULT_MAX_RESULT_BYTES",
+    "OUTPUT_CUT_MARKER",
+    "STREAM_BUDGET",
+    "ExecutionError",
+    "ExecutionResult",
+    "Kernel",
+    "KernelUnavailableError",
+    "OutputCallback",
+    "RichResult",
+]
+
+OutputCallback = Callable[[str, str], object]
+"""``on_output(stream, text)``: ``stream`` is ``"stdout"`` or ``"stderr"``, ``text`` a chunk."""
+
+DEFAULT_GRACE_S: Final = 3.0
+"""How long an interrupted cell has to stop before the kernel is restarted."""
+DEFAULT_MAX_OUTPUT_BYTES: Final = 1024 * 1024
+"""Output kept per cell (both streams together) before the rest is dropped with a marker."""
+DEFAULT_MAX_RESULT_BYTES: Final = 4 * 1024 * 1024
+"""Characters kept per rich value (images count as base64)."""
+OUTPUT_CUT_MARKER: Final = (
+    "\n[lizard: output limit of {limit} bytes reached; "
+    "the rest of this cell's output was dropped]\n"
+)
+"""Written into the stream where output was cut (``{limit}`` is the limit in bytes)."""
+STREAM_BUDGET: Final = 352 * 1024
+"""Bytes of frames a call streams before the rest goes to a file (fetched with one request).
+
+Below the platform's 512 KiB cap on one exec's output stream, with room for heartbeats and the
+client's own frames.
+"""
+START_ALLOWANCE_S: Final = 60.0
+"""Time allowed for starting the kernel daemon (a first call, or a restart after a kill)."""
+_DEADLINE_MARGIN_S: Final = 2 * START_ALLOWANCE_S + 30.0
+_NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
+_STREAMS: Final = {1: "stdout", 2: "stderr"}
+
+
+class KernelUnavailableError(LizardIntegrationError):
+    """The kernel could not be started or reached in the sandbox (nothing of the cell ran)."""
+
+
+@dataclass(frozen=True)
+class ExecutionError:
+    """What a cell raised: class name, message (``str(exc)``) and an ANSI-free traceback."""
+
+    name: str
+    message: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class RichResult:
+    """One value shown by a cell, as mime type -> text (images are base64).
+
+    ``is_main_result`` marks the value of the cell's last expression; figures and ``display()``
+    calls are not main results. ``omitted`` names mime types left out for size.
+    """
+
+    data: Mapping[str, str]
+    is_main_result: bool
+    omitted: tuple[str, ...] = ()
+
+    @property
+    def text(self) -> str | None:
+        """The ``text/plain`` form."""
+        return self.data.get("text/plain")
+
+    @property
+    def png(self) -> bytes | None:
+        """The ``image/png`` form, decoded."""
+        encoded = self.data.get("image/png")
+        return None if encoded is None else base64.b64decode(encoded)
+
+
+@dataclass(frozen=True)
+class ExecutionResult:
+    """The outcome of one cell (or one :meth:`Kernel.install`).
+
+    ``stdout``/``stderr`` hold the output as streamed (UTF-8, invalid bytes replaced), with the
+    cut marker when ``output_truncated``. ``error`` is None when the cell completed.
+    ``execution_count`` numbers the cells of the current kernel (it restarts at 1 with a fresh
+    kernel; 0 when no cell ran). ``state_lost`` means the namespace this call ran in (or, after a
+    kill, the one the next call will run in) is not the one the previous calls built; ``notice``
+    then says why, in words fit for a user or a model. ``guest_ms`` is the time spent in the
+    sandbox by the kernel client, from its start to its final frame.
+    """
+
+    stdout: str = ""
+    stderr: str = ""
+    results: tuple[RichResult, ...] = ()
+    error: ExecutionError | None = None
+    execution_count: int = 0
+    timed_out: bool = False
+    state_lost: bool = False
+    notice: str | None = None
+    output_truncated: bool = False
+    dropped_bytes: int = 0
+    kernel_id: str | None = None
+    guest_ms: float | None = None
+    cell_ms: float | None = field(default=None, repr=False)
+
+    @property
+    def main_result(self) -> RichResult | None:
+        """The value of the cell's last expression, if it had one that was not None."""
+        for result in self.results:
+            if result.is_main_result:
+                return result
+        return None
+
+    @property
+    def text(self) -> str | None:
+        """``text/plain`` of the main result."""
+        main = self.main_result
+        return None if main is None else main.text
+
+
+@functools.cache
+def _daemon_payload() -> tuple[str, str]:
+    """(version, zlib+base64 source) of the guest daemon."""
+    text = source("kernel_daemon").encode("utf-8")
+    return hashlib.sha256(text).hexdigest()[:16], base64.b64encode(zlib.compress(text, 9)).decode()
+
+
+def _positive(name: str, value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a positive finite number of seconds, not {value!r}")
+    return float(value)
+
+
+def _limit(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1024:
+        raise ValueError(f"{name} must be at least 1024, not {value}")
+    return value
+
+
+def _text(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if "\0" in value:
+        raise ValueError(f"{name} must not contain NUL characters")
+    return value
+
+
+def _env(env: object) -> dict[str, str]:
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise TypeError(f"env must be a mapping of str to str, not {type(env).__name__}")
+    checked: dict[str, str] = {}
+    for key, value in env.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("env must map str to str")
+        if not key or "=" in key or "\0" in key or "\0" in value:
+            raise ValueError(f"invalid environment variable {key!r}")
+        checked[key] = value
+    return checked
+
+
+def _callback(on_output: object) -> OutputCallback | None:
+    if on_output is not None and not callable(on_output):
+        raise TypeError("on_output must be callable or None")
+    return on_output
+
+
+def _in_loop(on_output: OutputCallback | None) -> OutputCallback | None:
+    """``on_output`` run in the calling event loop's thread, in order (call from async code)."""
+    if on_output is None:
+        return None
+    callback = on_output
+
+    def unpack(item: tuple[str, str]) -> None:
+        callback(*item)
+
+    relay = loop_callback(unpack)
+    assert relay is not None
+
+    def call(stream: str, text: str) -> None:
+        relay((stream, text))
+
+    return call
+
+
+class _Assembler:
+    """Builds an :class:`ExecutionResult` from the kernel client's frames, as they arrive."""
+
+    def __init__(self, on_output: OutputCallback | None, max_output: int, max_result: int) -> None:
+        self.on_output = on_output
+        self.max_output = max_output
+        # A guard against a misbehaving guest: the guest enforces the real limits.
+        self.max_result_total = 64 * max_result + 1024 * 1024
+        self.chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
+        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in _STREAMS}
+        self.received = 0
+        self.truncated = False
+        self.results: dict[int, tuple[bool, tuple[str, ...], dict[str, list[str]]]] = {}
+        self.result_size = 0
+        self.kernel_id: str | None = None
+        self.count = 0
+        self.lost: str | None = None
+        self.error_parts: dict[str, list[str]] = {}
+
+    def feed(self, frame: Frame) -> None:
+        kind = frame["t"]
+        if kind == "o":
+            index = int(frame["s"])
+            data = base64.b64decode(frame["d"])
+            self.received += len(data)
+            if self.received > self.max_output + 64 * 1024:
+                raise GuestProtocolError("The kernel sent more output than its limit allows.")
+            self._text(index, self.decoders[index].decode(data))
+        elif kind == "cut":
+            self.truncated = True
+            index = int(frame["s"])
+            self._text(index, self.decoders[index].decode(b"", final=True))
+            self._text(index, OUTPUT_CUT_MARKER.format(limit=frame["limit"]))
+        elif kind == "res":
+            self.results[int(frame["i"])] = (bool(frame["main"]), tuple(frame["omit"]), {})
+        elif kind == "rd":
+            piece = str(frame["d"])
+            self.result_size += len(piece)
+            if self.result_size > self.max_result_total:
+                raise GuestProtocolError("The kernel sent more result data than its limit allows.")
+            try:
+                pieces = self.results[int(frame["i"])][2]
+            except KeyError:
+                raise GuestProtocolError("The kernel sent data for an unknown result.") from None
+            pieces.setdefault(str(frame["m"]), []).append(piece)
+        elif kind == "et":
+            piece = str(frame["d"])
+            self.result_size += len(piece)
+            if self.result_size > self.max_result_total:
+                raise GuestProtocolError("The kernel sent more error text than its limit allows.")
+            self.error_parts.setdefault(str(frame["f"]), []).append(piece)
+        elif kind == "cell":
+            self.kernel_id = str(frame["kernel"])
+            self.count = int(frame["n"])
+        elif kind == "spawned":
+            self.lost = frame.get("lost")
+
+    def _text(self, index: int, text: str) -> None:
+        if not text:
+            return
+        stream = _STREAMS[index]
+        self.chunks[stream].append(text)
+        if self.on_output is not None:
+            self.on_output(stream, text)
+
+    def result(self, final: Frame, lost_notice: str | None) -> ExecutionResult:
+        for index in _STREAMS:
+            self._text(index, self.decoders[index].decode(b"", final=True))
+        error = final.get("error")
+        if error is not None:
+            # A long message (a final answer, say) or traceback came whole, in frames.
+            for field in error.get("framed") or ():
+                error[field] = "".join(self.error_parts.get(field, ()))
+        dropped = final.get("dropped") or [0, 0]
+        notice = final.get("notice") or lost_notice
+        return ExecutionResult(
+            stdout="".join(self.chunks["stdout"]),
+            stderr="".join(self.chunks["stderr"]),
+            results=tuple(
+                RichResult(
+                    data={mime: "".join(parts) for mime, parts in data.items()},
+                    is_main_result=main,
+                    omitted=omitted,
+                )
+                for _, (main, omitted, data) in sorted(self.results.items())
+            ),
+            error=None
+            if error is None
+            else ExecutionError(
+                name=str(error["name"]),
+                message=str(error["message"]),
+                traceback=str(error.get("traceback") or ""),
+            ),
+            execution_count=int(final.get("n") or self.count),
+            timed_out=bool(final.get("timed_out")),
+            state_lost=bool(final.get("state_lost")) or lost_notice is not None,
+            notice=notice,
+            output_truncated=self.truncated,
+            dropped_bytes=int(sum(dropped)),
+            kernel_id=final.get("kernel") or self.kernel_id,
+            guest_ms=final.get("client_ms"),
+            cell_ms=final.get("ms"),
+        )
+
+
+_REPLACED_ELSEWHERE: Final = (
+    "The Python kernel was restarted since the previous call (by another client of this "
+    "sandbox); its variables, imports and functions are lost."
+)
+
+
+class Kernel:
+    """A persistent Python namespace in the sandbox of ``session``.
+
+    See the module docstring for the contract. Use it as a (sync or async) context manager to
+    :meth:`close` it on exit; the session is left as it is. ``name`` tells kernels sharing one
+    sandbox apart (the first call under a name fixes its daemon's ``cwd``);
+    ``cwd`` is the kernel's working directory (created if missing; default: the exec's, the
+    user's home). ``grace`` is how long an interrupted cell has to stop before the kernel is
+    restarted. ``max_output_bytes`` caps each cell's output (both streams), ``max_result_bytes``
+    each rich value.
+    """
+
+    def __init__(
+        self,
+        session: Session,
+        *,
+        name: str = "default",
+        cwd: str | None = None,
+        grace: float = DEFAULT_GRACE_S,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    ) -> None:
+        if not isinstance(session, Session):
+            raise TypeError(f"session must be a lizard_core Session, not {type(session).__name__}")
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            raise ValueError("name must be 1-32 characters of A-Z, a-z, 0-9, '_' or '-'")
+        if cwd is not None:
+            cwd = _text("cwd", cwd)
+            if not cwd.startswith("/"):
+                raise ValueError(f"cwd must be an absolute path, not {cwd!r}")
+        self._session = session
+        self._name = name
+        self._cwd = cwd
+        self._grace = _positive("grace", grace)
+        self._max_output = _limit("max_output_bytes", max_output_bytes)
+        self._max_result = _limit("max_result_bytes", max_result_bytes)
+        self._lock = threading.Lock()
+        self._kernel_id: str | None = None
+        # After one answered call the sandbox holds this daemon version: stop sending its source.
+        self._daemon_sent = False
+
+    @property
+    def session(self) -> Session:
+        """The session whose sandbox holds this kernel."""
+        return self._session
+
+    @property
+    def name(self) -> str:
+        """The kernel's name within its sandbox."""
+        return self._name
+
+    def __repr__(self) -> str:
+        return f"Kernel(name={self._name!r}, sandbox_id={self._session.sandbox_id!r})"
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Kernel:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    # ── cells ────────────────────────────────────────────────────────────
+
+    def execute(
+        self,
+        code: str,
+        *,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Run ``code`` as one cell and return its outcome (blocking).
+
+        ``timeout`` (seconds) interrupts the cell; see the module docstring for what follows.
+        Raises :class:`~lizard_core.errors.SandboxGoneError`,
+        :class:`~lizard_core.errors.GuestProtocolError` (the answer was lost; the cell may have
+        run), :class:`KernelUnavailableError` and the session's other errors; a cell's own
+        failure is never raised, it is :attr:`ExecutionResult.error`.
+        """
+        body = self._cell_body(code, timeout, env)
+        callback = _callback(on_output)
+        sandbox = self._session.sandbox()
+        return self._call(sandbox, body, callback, None)
+
+    async def aexecute(
+        self,
+        code: str,
+        *,
+        timeout: float,  # noqa: ASYNC109 - the cell's limit, enforced in the guest
+        env: Mapping[str, str] | None = None,
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Async :meth:`execute`; ``on_output`` runs in the event loop's thread.
+
+        Cancelling the task interrupts the cell (the kernel and its namespace stay).
+        """
+        body = self._cell_body(code, timeout, env)
+        callback = _in_loop(_callback(on_output))
+        sandbox = await self._session.asandbox()
+        return await arun_cancellable(lambda cancel: self._call(sandbox, body, callback, cancel))
+
+    def install(
+        self,
+        packages: Sequence[str],
+        *,
+        timeout: float = 600.0,
+        pip_args: Sequence[str] = (),
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """``pip install`` ``packages`` into the running kernel (blocking).
+
+        Packages are passed after ``--``, never through a shell. ``pip_args`` go before them
+        (e.g. ``["--user"]``, ``["--no-index", "--find-links", "/wheels"]``). On failure the
+        result's error is ``PipError`` (or ``TimeoutError``) and pip's output is in ``stdout``
+        and the error's traceback. The per-cell timeout does not apply.
+        """
+        body = self._install_body(packages, timeout, pip_args)
+        callback = _callback(on_output)
+        sandbox = self._session.sandbox()
+        return self._call(sandbox, body, callback, None)
+
+    async def ainstall(
+        self,
+        packages: Sequence[str],
+        *,
+        timeout: float = 600.0,  # noqa: ASYNC109 - pip's limit, enforced in the guest
+        pip_args: Sequence[str] = (),
+        on_output: OutputCallback | None = None,
+    ) -> ExecutionResult:
+        """Async :meth:`install`."""
+        body = self._install_body(packages, timeout, pip_args)
+        callback = _in_loop(_callback(on_output))
+        sandbox = await self._session.asandbox()
+        return await arun_cancellable(lambda cancel: self._call(sandbox, body, callback, cancel))
+
+    def _cell_body(self, code: object, timeout: object, env: object) -> Frame:
+        if not isinstance(code, str):
+            raise TypeError(f"code must be a str, not {type(code).__name__}")
+        return {
+            "op": "execute",
+            "code": code,
+            "timeout": _positive("timeout", timeout),
+            "grace": self._grace,
+            "env": _env(env),
+            "max_output": self._max_output,
+            "max_result": self._max_result,
+            "budget": STREAM_BUDGET,
+        }
+
+    def _install_body(self, packages: object, timeout: object, pip_args: object) -> Frame:
+        if isinstance(packages, str) or not isinstance(packages, Sequence):
+            raise TypeError("packages must be a sequence of requirement strings")
+        if isinstance(pip_args, str) or not isinstance(pip_args, Sequence):
+            raise TypeError("pip_args must be a sequence of strings")
+        names = [_text("package", p) for p in packages]
+        if not names or any(not p.strip() or "\n" in p for p in names):
+            raise ValueError("packages must be one or more non-empty requirement strings")
+        return {
+            "op": "install",
+            "packages": names,
+            "pip_args": [_text("pip argument", a) for a in pip_args],
+            "timeout": _positive("timeout", timeout),
+            "max_output": self._max_output,
+            "budget": STREAM_BUDGET,
+        }
+
+    def _call(
+        self,
+        sandbox: Any,
+        body: Frame,
+        on_output: OutputCallback | None,
+        cancel: Cancellation | None,
+    ) -> ExecutionResult:
+        """The blocking body shared by the sync and async faces.
+
+        One request; two when the sandbox lost the daemon's source file (it is sent again).
+        """
+        self._acquire(cancel)
+        try:
+            while True:
+                assembler = _Assembler(on_output, self._max_output, self._max_result)
+                allowance = float(body["timeout"]) + self._grace + _DEADLINE_MARGIN_S
+                final = self._run(
+                    sandbox,
+                    "execute" if body["op"] == "execute" else "install",
+                    body,
+                    on_frame=assembler.feed,
+                    deadline_s=allowance,
+                    cancel=cancel,
+                )
+                if final.get("need_source"):
+                    self._daemon_sent = False
+                    continue
+                break
+            if final.get("spill"):
+                self._read_spill(sandbox, str(final["spill"]), assembler)
+            error = final.get("error")
+            if assembler.kernel_id is None and error and error["name"] == "KernelUnavailable":
+                raise KernelUnavailableError(
+                    f"The Python kernel could not be started in the sandbox: {error['message']}"
+                )
+            # A kernel other than the one the previous call saw, with nobody saying so, means
+            # another client restarted it in between.
+            current = final.get("kernel") or assembler.kernel_id
+            lost_notice = None
+            if (
+                self._kernel_id is not None
+                and current is not None
+                and current != self._kernel_id
+                and not final.get("state_lost")
+            ):
+                lost_notice = _REPLACED_ELSEWHERE
+            result = assembler.result(final, lost_notice)
+            # An end frame written by the client (the kernel was killed or died) names no
+            # kernel: the next call runs in a fresh one whose id is not known yet.
+            self._kernel_id = final.get("kernel")
+            return result
+        finally:
+            self._lock.release()
+
+    def _read_spill(self, sandbox: Any, path: str, assembler: _Assembler) -> None:
+        """Feed the frames the guest wrote to a file past the streamed budget (one request)."""
+        job = posixpath.dirname(path)
+        if posixpath.dirname(job) != JOBS_ROOT or posixpath.basename(path) != "frames":
+            raise GuestProtocolError(f"The kernel named an unexpected spill file: {path!r}")
+        try:
+            data: bytes = self._session.call(
+                sandbox.fs.read_bytes, path, idempotent=True, passthrough=(lizard.NotFoundError,)
+            )
+        except lizard.NotFoundError:
+            raise GuestProtocolError(
+                f"The kernel's spilled output {path} vanished before it was fetched."
+            ) from None
+        finally:
+            schedule_cleanup(sandbox, job)  # removed by the next guest request, at no cost
+        for line in data.split(b"\n"):
+            if not line:
+                continue
+            try:
+                frame = json.loads(line)
+            except ValueError:
+                raise GuestProtocolError("The kernel's spilled output is malformed.") from None
+            if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+                raise GuestProtocolError("The kernel's spilled output is malformed.")
+            assembler.feed(frame)
+
+    def _acquire(self, cancel: Cancellation | None) -> None:
+        # Waits for a running cell; a cancelled async caller stops waiting.
+        while not self._lock.acquire(timeout=0.1):
+            if cancel is not None and cancel.cancelled:
+                raise GuestProtocolError("Cancelled while waiting for the kernel's running cell.")
+
+    def _run(
+        self,
+        sandbox: Any,
+        op: str,
+        body: Frame | None,
+        *,
+        on_frame: Callable[[Frame], None] | None = None,
+        deadline_s: float = START_ALLOWANCE_S + 30.0,
+        cancel: Cancellation | None = None,
+    ) -> Frame:
+        version, payload = _daemon_payload()
+        request: Frame = {
+            "op": op,
+            "key": self._key(sandbox),
+            "daemon_sha": version,
+            "cwd": self._cwd,
+            "start_timeout": START_ALLOWANCE_S,
+        }
+        if not self._daemon_sent:
+            request["daemon"] = payload
+        if body is not None:
+            request["body"] = body
+        final = run_guest(
+            sandbox,
+            request,
+            on_frame=on_frame,
+            program_name="kernel_client",
+            exec_timeout_s=deadline_s + 30.0,
+            deadline_s=deadline_s,
+            cancel=cancel,
+        )
+        if not final.get("need_source"):
+            self._daemon_sent = True
+        return final
+
+    def _key(self, sandbox: Any) -> str:
+        # The sandbox id keeps kernels apart where sandboxes share /tmp (lizard-local's host mode).
+        sandbox_id = str(sandbox.sandbox_id)
+        if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", sandbox_id) or sandbox_id.startswith("."):
+            sandbox_id = hashlib.sha256(sandbox_id.encode()).hexdigest()[:20]
+        return f"{self._name}-{sandbox_id}"
+
+    # ── control ──────────────────────────────────────────────────────────
+
+    def interrupt(self) -> bool:
+        """Send KeyboardInterrupt to the running cell; True if a kernel was running.
+
+        Costs one request; makes none when the session has no sandbox yet.
+        """
+        sandbox = self._existing_sandbox()
+        if sandbox is None:
+            return False
+        return bool(self._run(sandbox, "interrupt", None).get("running"))
+
+    async def ainterrupt(self) -> bool:
+        """Async :meth:`interrupt`."""
+        if self._session.sandbox_id is None or self._session.destroyed:
+            return False
+        sandbox = await self._session.asandbox()
+        return await arun_cancellable(
+            lambda _: bool(self._run(sandbox, "interrupt", None).get("running"))
+        )
+
+    def restart(self) -> None:
+        """Kill the kernel (its whole process group) and start a fresh one; state is lost.
+
+        A cell running meanwhile ends with a ``KernelDied`` error.
+        """
+        sandbox = self._session.sandbox()
+        self._restart(sandbox)
+
+    async def arestart(self) -> None:
+        """Async :meth:`restart`."""
+        sandbox = await self._session.asandbox()
+        await arun_cancellable(lambda _: self._restart(sandbox))
+
+    def _restart(self, sandbox: Any) -> None:
+        assembler = _Assembler(None, self._max_output, self._max_result)
+        for _ in range(2):
+            final = self._run(sandbox, "restart", None, on_frame=assembler.feed)
+            if not final.get("need_source"):
+                break
+            self._daemon_sent = False
+        error = final.get("error")
+        if error is not None:
+            raise KernelUnavailableError(
+                f"The Python kernel could not be restarted in the sandbox: {error['message']}"
+            )
+        self._kernel_id = assembler.kernel_id
+
+    def close(self) -> None:
+        """Stop the kernel and remove its directory in the sandbox; idempotent.
+
+        Makes no request when the session never had a sandbox; a sandbox already gone counts as
+        closed. The session (and its sandbox) stay open.
+        """
+        sandbox = self._existing_sandbox()
+        if sandbox is None:
+            return
+        with contextlib.suppress(SandboxGoneError):
+            self._run(sandbox, "close", None)
+        self._kernel_id = None
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        if self._session.sandbox_id is None or self._session.destroyed:
+            return
+        try:
+            sandbox = await self._session.asandbox()
+            await arun_cancellable(lambda _: self._run(sandbox, "close", None))
+        except SandboxGoneError:
+            pass
+        self._kernel_id = None
+
+    def _existing_sandbox(self) -> Any:
+        if self._session.sandbox_id is None or self._session.destroyed:
+            return None
+        try:
+            return self._session.sandbox()
+        except SandboxGoneError:
+            return None
