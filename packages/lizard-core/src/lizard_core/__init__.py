@@ -1,1 +1,50 @@
-"""lizard_core."""
+"""lizard_core: sandbox lifecycle, guest protocol, error mapping and configuration.
+
+The framework-neutral core of the Lizard Sandboxes integrations. Only this package talks to
+lizard-sdk; adapters build on the names exported here.
+"""
+
+from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, CommandResult, arun_command, run_command
+from lizard_core.config import LIZARD_CORE_VERSION, SIZES, SandboxConfig, Size
+from lizard_core.errors import (
+    CommandTimeoutError,
+    CredentialsError,
+    GuestProtocolError,
+    LizardIntegrationError,
+    OutputLimitError,
+    QuotaError,
+    SandboxGoneError,
+    TransientError,
+    translate,
+    translated,
+)
+from lizard_core.files import FileStat, SandboxFiles
+from lizard_core.session import RetryPolicy, Session
+
+__version__: str = LIZARD_CORE_VERSION
+"""The installed version of lizard-core."""
+
+__all__ = [
+    "DEFAULT_OUTPUT_LIMIT",
+    "SIZES",
+    "CommandResult",
+    "CommandTimeoutError",
+    "CredentialsError",
+    "FileStat",
+    "GuestProtocolError",
+    "LizardIntegrationError",
+    "OutputLimitError",
+    "QuotaError",
+    "RetryPolicy",
+    "SandboxConfig",
+    "SandboxFiles",
+    "SandboxGoneError",
+    "Session",
+    "Size",
+    "TransientError",
+    "__version__",
+    "arun_command",
+    "run_command",
+    "translate",
+    "translated",
+]
