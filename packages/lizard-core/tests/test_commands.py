@@ -44,6 +44,8 @@ MiB = 1024 * 1024
         ("echo \0", {"shell": True}, ValueError),
         (["true"], {"cwd": "relative"}, ValueError),
         (["true"], {"cwd": 5}, TypeError),
+        (["true"], {"create_cwd": True}, ValueError),  # nothing to create
+        (["true"], {"cwd": "/tmp", "create_cwd": 1}, TypeError),
         (["true"], {"env": {"A=B": "x"}}, ValueError),
         (["true"], {"env": {"": "x"}}, ValueError),
         (["true"], {"env": {"A": 1}}, TypeError),
@@ -79,8 +81,29 @@ def test_first_command_on_a_new_sandbox_costs_create_plus_one(
     with Session(config) as session:
         result = run_command(session, ["echo", "hello"])
         counts = api_requests.counts()
-    assert result == CommandResult(exit_code=0, stdout=b"hello\n", stderr=b"")
+    assert result == CommandResult(exit_code=0, stdout=b"hello\n", stderr=b"", cwd=result.cwd)
     counts.pop("GET /api/projects", None)  # the SDK resolves a project reference once per process
+    assert counts == {"POST /api/sandboxes": 1, EXEC: 1}
+
+
+def test_a_new_working_directory_costs_no_extra_request(
+    lizard_local: Any, api_requests: Any
+) -> None:
+    # What an adapter does first: create its working directory and learn where it really is,
+    # in the same request as its first command.
+    config = SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests")
+    with Session(config) as session:
+        result = run_command(
+            session, ["sh", "-c", "pwd -P; echo made > here"], cwd="/workspace/a/b", create_cwd=True
+        )
+        counts = api_requests.counts()
+        assert run_command(session, ["cat", "/workspace/a/b/here"]).stdout == b"made\n"
+    assert (result.exit_code, result.stdout, result.cwd) == (
+        0,
+        b"/workspace/a/b\n",
+        "/workspace/a/b",
+    )
+    counts.pop("GET /api/projects", None)
     assert counts == {"POST /api/sandboxes": 1, EXEC: 1}
 
 
@@ -212,6 +235,46 @@ def test_stdin_is_at_eof_and_cwd_is_used(module_session: Any, scratch: str) -> N
 def test_a_missing_cwd_is_file_not_found(module_session: Any, scratch: str) -> None:
     with pytest.raises(FileNotFoundError):
         run_command(module_session, ["pwd"], cwd=f"{scratch}/missing")
+
+
+def test_the_result_reports_the_resolved_working_directory(
+    module_session: Any, scratch: str, api_requests: Any
+) -> None:
+    run_command(module_session, ["mkdir", "-p", f"{scratch}/real"])
+    run_command(module_session, ["ln", "-s", f"{scratch}/real", f"{scratch}/alias"])
+    api_requests.reset()
+    through_link = run_command(module_session, ["pwd", "-P"], cwd=f"{scratch}/alias/.")
+    assert through_link.stdout == f"{scratch}/real\n".encode()
+    assert through_link.cwd == f"{scratch}/real"
+    default = run_command(module_session, ["pwd", "-P"])
+    assert default.cwd is not None
+    assert default.stdout == f"{default.cwd}\n".encode()
+    assert api_requests.counts() == {EXEC: 2}
+
+
+def test_create_cwd_makes_missing_parents_through_symlinks(
+    module_session: Any, scratch: str, api_requests: Any
+) -> None:
+    run_command(module_session, ["mkdir", "-p", f"{scratch}/real"])
+    run_command(module_session, ["ln", "-s", f"{scratch}/real", f"{scratch}/alias"])
+    api_requests.reset()
+    result = run_command(
+        module_session, ["pwd", "-P"], cwd=f"{scratch}/alias/new/deeper", create_cwd=True
+    )
+    assert result.cwd == f"{scratch}/real/new/deeper"
+    assert result.stdout == f"{scratch}/real/new/deeper\n".encode()
+    again = run_command(module_session, ["true"], cwd=f"{scratch}/real/new", create_cwd=True)
+    assert (again.exit_code, again.cwd) == (0, f"{scratch}/real/new")  # an existing one is fine
+    assert api_requests.counts() == {EXEC: 2}
+
+
+def test_create_cwd_refuses_a_file_in_the_way(module_session: Any, scratch: str) -> None:
+    run_command(module_session, ["mkdir", "-p", scratch])
+    run_command(module_session, ["touch", f"{scratch}/file"])
+    for cwd in (f"{scratch}/file", f"{scratch}/file/below"):
+        with pytest.raises(NotADirectoryError):
+            run_command(module_session, ["true"], cwd=cwd, create_cwd=True)
+    assert run_command(module_session, ["test", "-f", f"{scratch}/file"]).exit_code == 0
 
 
 # ── completion, timeout, cancellation ────────────────────────────────────

@@ -105,9 +105,23 @@ def test_explicit_empty_api_key_is_refused() -> None:
 
 
 @pytest.mark.parametrize("environ", [{}, {"LIZARD_PROJECT_ID": ""}], ids=["unset", "empty"])
-def test_missing_project_names_the_variable(environ: dict[str, str]) -> None:
+def test_a_missing_project_is_enough_to_attach_and_named_when_creating(
+    environ: dict[str, str],
+) -> None:
+    config = SandboxConfig.from_env(environ={**environ, "LIZARD_API_KEY": KEY})
+    assert config.project_id is None
+    assert "project_id=None" in repr(config)
     with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
-        SandboxConfig.from_env(environ={**environ, "LIZARD_API_KEY": KEY})
+        config.require_project()
+    with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+        config.create_kwargs()
+    assert config.api_kwargs() == {"api_key": KEY, "api_url": DEFAULT_API_URL}
+    assert config.replace(project_id="proj_9").require_project() == "proj_9"
+
+
+def test_an_explicit_empty_project_is_refused() -> None:
+    with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+        build(project_id="")
 
 
 @pytest.mark.parametrize("project", ["proj_123", "my-project", "My Project"])

@@ -24,11 +24,13 @@ from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
     SandboxGoneError,
+    TransientError,
 )
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
 
 EXEC = "POST /api/sandboxes/{id}/exec"
+CONNECT = "GET /api/sandboxes/{id}"
 
 
 # ── the program itself ───────────────────────────────────────────────────
@@ -105,7 +107,23 @@ def test_the_program_runs_under_the_oldest_local_python(old_python: str, tmp_pat
         "to": False,
         "ol": False,
         "x": False,
+        "cwd": os.path.realpath(os.getcwd()),
     }
+    cwds = tmp_path.parent / f"{tmp_path.name}-cwd"  # beside tmp_path, whose listing is checked
+    (cwds / "real").mkdir(parents=True)
+    (cwds / "alias").symlink_to("real")
+    made = _run_locally(
+        old_python,
+        {
+            "op": "run",
+            "argv": ["pwd"],
+            "cwd": str(cwds / "alias/new/dir"),
+            "mkcwd": True,
+            **base,
+        },
+    )
+    assert made[-1]["cwd"] == str(cwds / "real/new/dir")
+    assert (cwds / "real/new/dir").is_dir()
     timed = _run_locally(old_python, {"op": "run", "argv": ["sleep", "30"], "timeout": 0.5, **base})
     assert (timed[-1]["to"], timed[-1]["rc"]) == (True, 137)
 
@@ -255,12 +273,138 @@ def test_a_guest_killed_with_sigkill_is_an_error_not_a_result(
 
 @pytest.mark.parametrize("after_events", [1, 4])
 def test_a_dropped_stream_is_an_error_not_a_result(
-    lizard_local: Any, module_session: Any, after_events: int
+    lizard_local: Any, module_session: Any, api_requests: Any, after_events: int
 ) -> None:
     lizard_local.inject_stream_drop(count=1, after_events=after_events)
     with pytest.raises(GuestProtocolError, match="may have partly run"):
         run_command(module_session, ["sh", "-c", "echo a; sleep 0.2; echo b; sleep 0.2; echo c"])
+    # One GET of the sandbox record told a drop from a destroyed sandbox; it is alive.
+    assert api_requests.counts().get(CONNECT) == 1
     assert run_command(module_session, ["echo", "ok"]).stdout == b"ok\n"
+    assert api_requests.counts().get(CONNECT) == 1  # none on the happy path
+
+
+# ── a sandbox gone under a call ──────────────────────────────────────────
+
+
+@pytest.fixture
+def own_session(lizard_local: Any) -> Iterator[Session]:
+    """A session of the test's own, for tests that destroy its sandbox under a call."""
+    session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
+    try:
+        yield session
+    finally:
+        session.destroy()
+
+
+def test_a_sandbox_destroyed_mid_command_is_sandbox_gone(
+    lizard_local: Any, own_session: Session, in_thread: Any
+) -> None:
+    started = threading.Event()
+    outcome = in_thread(
+        lambda: run_command(
+            own_session,
+            ["sh", "-c", "echo started; exec sleep 60"],
+            on_stdout=lambda _: started.set(),
+        )
+    )
+    assert started.wait(30)
+    lizard_local.reset_counters()
+    lizard_local.expire(own_session.sandbox_id)
+    outcome["thread"].join(guest.STALL_S)
+    error = outcome.get("error")
+    assert isinstance(error, SandboxGoneError), outcome
+    assert error.sandbox_id == own_session.sandbox_id
+    # The stream ended without its final frame (the platform killed the guest): that error is
+    # the cause, and one GET of the sandbox record turned it into "gone".
+    assert isinstance(error.__cause__, GuestProtocolError)
+    assert {r: n for r, n in lizard_local.counters()["routes"].items() if n} == {CONNECT: 1}
+    lizard_local.reset_counters()
+    with pytest.raises(SandboxGoneError):
+        run_command(own_session, ["true"])  # remembered by the session: no request
+    with pytest.raises(SandboxGoneError):
+        SandboxFiles(own_session).exists("/")
+    assert lizard_local.counters()["total"] == 0
+
+
+async def test_a_sandbox_destroyed_mid_command_is_sandbox_gone_async(
+    lizard_local: Any, own_session: Session
+) -> None:
+    import anyio
+
+    from lizard_core.commands import arun_command
+
+    started = anyio.Event()
+    sandbox = await own_session.asandbox()
+
+    async def destroy_when_started() -> None:
+        await started.wait()
+        await anyio.to_thread.run_sync(lizard_local.expire, sandbox.sandbox_id)
+
+    with anyio.fail_after(guest.STALL_S):
+        async with anyio.create_task_group() as group:
+            group.start_soon(destroy_when_started)
+            with pytest.raises(SandboxGoneError):
+                await arun_command(
+                    own_session,
+                    ["sh", "-c", "echo x; exec sleep 60"],
+                    on_stdout=lambda _: started.set(),
+                )
+
+
+@pytest.mark.parametrize("with_session", [True, False], ids=["session", "bare-sandbox"])
+def test_a_transport_failure_on_a_gone_sandbox_is_sandbox_gone(
+    lizard_local: Any, own_session: Session, with_session: bool
+) -> None:
+    sandbox = own_session.sandbox()
+    lizard_local.expire(sandbox.sandbox_id)
+    lizard_local.reset_counters()
+    lizard_local.inject_fault(EXEC, status=503, count=1)  # answered before the sandbox lookup
+    with pytest.raises(SandboxGoneError) as caught:
+        guest.run_guest(
+            sandbox, {"op": "exists", "path": "/"}, session=own_session if with_session else None
+        )
+    assert isinstance(caught.value.__cause__, TransientError)
+    assert {r: n for r, n in lizard_local.counters()["routes"].items() if n} == {
+        EXEC: 1,
+        CONNECT: 1,
+    }
+
+
+def test_a_transport_failure_on_a_live_sandbox_keeps_its_error(
+    lizard_local: Any, module_session: Any, api_requests: Any
+) -> None:
+    lizard_local.inject_fault(EXEC, status=503, count=1)
+    with pytest.raises(TransientError):
+        run_command(module_session, ["true"])
+    assert api_requests.counts() == {EXEC: 1, CONNECT: 1}
+    assert run_command(module_session, ["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_when_the_check_fails_too_the_original_error_stands(
+    lizard_local: Any, module_session: Any, api_requests: Any
+) -> None:
+    lizard_local.inject_fault(EXEC, status=503, count=1)
+    lizard_local.inject_fault(CONNECT, status=503, count=1)
+    with pytest.raises(TransientError) as caught:
+        run_command(module_session, ["true"])
+    assert caught.value.status_code == 503
+    assert api_requests.counts() == {EXEC: 1, CONNECT: 1}  # the check is never retried
+    assert run_command(module_session, ["echo", "ok"]).stdout == b"ok\n"
+
+
+def test_an_on_frame_error_is_not_checked_against_the_sandbox(
+    module_session: Any, api_requests: Any
+) -> None:
+    def refuse(frame: dict[str, Any]) -> None:
+        raise GuestProtocolError("the caller refused a frame")
+
+    sandbox = _sandbox(module_session)
+    with pytest.raises(GuestProtocolError, match="refused"):
+        guest.run_guest(
+            sandbox, _run_request(["echo", "x"]), on_frame=refuse, session=module_session
+        )
+    assert CONNECT not in api_requests.counts()
 
 
 def test_a_stalled_guest_is_detected_killed_and_reported(

@@ -93,6 +93,33 @@ def test_repr_shows_state_not_the_key(offline_config: SandboxConfig) -> None:
     assert session.api_kwargs()["api_key"] == "liz_offline_key_123"
 
 
+def test_a_session_that_would_create_needs_a_project_before_any_request(
+    lizard_counters: Any,
+) -> None:
+    no_project = SandboxConfig.from_env(
+        environ={"LIZARD_API_KEY": lizard_counters.api_key, "LIZARD_API_URL": lizard_counters.url}
+    )
+    assert no_project.project_id is None
+    with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+        Session(no_project)
+    attached = Session(no_project, sandbox_id="sbx_some_id")  # attaching needs no project
+    assert attached.sandbox_id == "sbx_some_id"
+    assert lizard_counters.counters()["total"] == 0
+
+
+def test_attach_and_destroy_work_without_a_project(
+    lizard_local: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    existing = sdk_sandbox(lizard_local)
+    monkeypatch.delenv("LIZARD_PROJECT_ID")
+    config = SandboxConfig.from_env()
+    assert config.project_id is None
+    session = Session(config, sandbox_id=existing.sandbox_id)
+    assert session.sandbox().sandbox_id == existing.sandbox_id
+    Session(config, sandbox_id=existing.sandbox_id).destroy()
+    assert existing.sandbox_id not in lizard_local.sandboxes()
+
+
 # ── no request before first use ──────────────────────────────────────────
 
 
@@ -416,6 +443,88 @@ def test_transient_failure_of_attach_is_retried(
         assert count(lizard_counters, CONNECT) == 2
     finally:
         existing.kill()
+
+
+# ── is the sandbox still there? ──────────────────────────────────────────
+
+
+def test_check_alive_is_one_unretried_get_and_remembers_a_gone_sandbox(
+    lizard_local: Any, sandbox_config: SandboxConfig
+) -> None:
+    session = Session(sandbox_config)
+    sandbox = session.sandbox()
+    lizard_local.reset_counters()
+    session.check_alive()  # alive: returns
+    assert {r: n for r, n in lizard_local.counters()["routes"].items() if n} == {CONNECT: 1}
+    lizard_local.inject_fault(CONNECT, status=503, count=1)
+    with pytest.raises(TransientError):
+        session.check_alive()  # the check itself failed: said so, not retried
+    assert count(lizard_local, CONNECT) == 2
+    lizard_local.expire(sandbox.sandbox_id)
+    with pytest.raises(SandboxGoneError) as caught:
+        session.check_alive()
+    assert caught.value.sandbox_id == sandbox.sandbox_id
+    assert "gone" in repr(session)
+    lizard_local.reset_counters()
+    with pytest.raises(SandboxGoneError):
+        session.sandbox()  # remembered: no request
+    with pytest.raises(SandboxGoneError):
+        session.check_alive()
+    session.destroy()  # a 404 already said it is gone: nothing to kill
+    assert lizard_local.counters()["total"] == 0
+    assert session.destroyed
+
+
+async def test_acheck_alive_and_an_unused_session(
+    lizard_counters: Any, sandbox_config: SandboxConfig
+) -> None:
+    unused = Session(sandbox_config)
+    await unused.acheck_alive()  # no sandbox yet: nothing to ask
+    assert lizard_counters.counters()["total"] == 0
+    existing = sdk_sandbox(lizard_counters)
+    lizard_counters.reset_counters()
+    attached = Session(sandbox_config, sandbox_id=existing.sandbox_id)
+    await attached.acheck_alive()
+    assert count(lizard_counters, CONNECT) == 1
+    existing.kill()
+    with pytest.raises(SandboxGoneError):
+        await attached.acheck_alive()
+    with pytest.raises(SandboxGoneError):
+        await attached.asandbox()
+    assert count(lizard_counters, CONNECT) == 2
+    assert count(lizard_counters, CREATE) == 0
+
+
+def test_a_terminal_status_is_gone_and_destroy_still_deletes_it(
+    lizard_local: Any, sandbox_config: SandboxConfig
+) -> None:
+    # A platform may keep the record of a sandbox that is over, with a terminal status.
+    class Over:
+        status = "stopped"
+
+    session = Session(sandbox_config)
+    sandbox = session.sandbox()
+    real_get_info = sandbox.get_info
+    sandbox.get_info = lambda: Over()
+    with pytest.raises(SandboxGoneError, match="stopped"):
+        session.check_alive()
+    sandbox.get_info = real_get_info
+    lizard_local.reset_counters()
+    session.destroy()
+    assert count(lizard_local, KILL) == 1
+    assert sandbox.sandbox_id not in lizard_local.sandboxes()
+
+
+def test_check_alive_after_destroy_or_close_raises_without_a_request(
+    lizard_counters: Any, sandbox_config: SandboxConfig
+) -> None:
+    session = Session(sandbox_config)
+    session.sandbox()
+    session.destroy()
+    lizard_counters.reset_counters()
+    with pytest.raises(SandboxGoneError, match="destroyed or closed"):
+        session.check_alive()
+    assert lizard_counters.counters()["total"] == 0
 
 
 # ── destroy ──────────────────────────────────────────────────────────────

@@ -68,6 +68,30 @@ def test_the_0_1_0_constructor_arguments_still_work(lizard_local: Any) -> None:
     assert backend.ref is None
 
 
+def test_only_a_backend_that_would_create_needs_a_project(
+    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LIZARD_PROJECT_ID")
+    with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+        LizardSandboxBackend()
+    attached = LizardSandboxBackend(ref=WorkspaceRef(provider="lizard", id="sbx-some-id"))
+    assert attached.ref == WorkspaceRef(provider="lizard", id="sbx-some-id")
+    assert _total(lizard_counters) == 0
+
+
+async def test_an_attached_backend_works_without_a_project(
+    lizard_counters: Any, make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = make_backend()
+    await owner.working_dir()
+    monkeypatch.delenv("LIZARD_PROJECT_ID")
+    attached = make_backend(ref=owner.ref)
+    assert (await attached.run(["echo", "attached"])).stdout == "attached\n"
+    await attached.destroy()
+    assert owner.ref is not None
+    assert owner.ref.id not in lizard_counters.sandboxes()
+
+
 def test_new_options_are_keyword_only() -> None:
     with pytest.raises(TypeError):
         LizardSandboxBackend(None)  # type: ignore[call-arg]
@@ -334,14 +358,50 @@ async def test_first_use_costs_create_then_one_request_per_step(
     assert routes == {CREATE: 1, EXEC: 1}, "working_dir() on a new sandbox: create + 1"
     lizard_counters.reset_counters()
     first_run = make_backend()
-    await first_run.run(["true"])
+    result = await first_run.run(["pwd", "-P"])
     routes = _routes(lizard_counters)
     routes.pop("GET /api/projects", None)
-    assert routes == {CREATE: 1, EXEC: 2}, "run() first: create + working dir + command"
+    assert routes == {CREATE: 1, EXEC: 1}, "run() first: create + 1 (the command makes its cwd)"
+    assert result.stdout == "/workspace\n"
+    lizard_counters.reset_counters()
+    assert await first_run.working_dir() == "/workspace"  # learnt by the first run: no request
+    assert _total(lizard_counters) == 0
     lizard_counters.reset_counters()
     attached = make_backend(ref=first_run.ref)
     await attached.write_bytes("/workspace/attached.txt", b"x")
     assert _routes(lizard_counters) == {"GET /api/sandboxes/{id}": 1, EXEC: 1}
+    lizard_counters.reset_counters()
+    assert (await attached.run(["cat", "attached.txt"])).stdout == "x"
+    assert _routes(lizard_counters) == {EXEC: 1}, "first run() on an attached sandbox: 1"
+
+
+async def test_the_first_run_creates_and_resolves_the_working_dir(
+    lizard_counters: Any, make_backend: BackendFactory
+) -> None:
+    owner = make_backend(working_dir="/workspace/real")
+    assert (await owner.run(["ln", "-s", "/workspace/real", "/workspace/alias"])).exit_code == 0
+    lizard_counters.reset_counters()
+    second = make_backend(ref=owner.ref, working_dir="/workspace/alias/new/project")
+    result = await second.run(["pwd", "-P"])
+    assert result.stdout == "/workspace/real/new/project\n"
+    assert await second.working_dir() == "/workspace/real/new/project"
+    assert _routes(lizard_counters) == {"GET /api/sandboxes/{id}": 1, EXEC: 1}
+    # Protected from remove() from the first run on, also through the symlink.
+    with pytest.raises(ValueError, match=r"protected|Refusing"):
+        await second.remove("/workspace/alias/new")
+
+
+async def test_a_first_run_that_cannot_create_the_working_dir_is_a_workspace_error(
+    make_backend: BackendFactory,
+) -> None:
+    owner = make_backend()
+    await owner.write_bytes("/workspace/blocker", b"a file where a directory should be")
+    backend = make_backend(ref=owner.ref, working_dir="/workspace/blocker/project")
+    with pytest.raises(WorkspaceError, match="working directory"):
+        await backend.run(["true"])
+    await owner.remove("/workspace/blocker")
+    assert (await backend.run(["pwd"])).stdout == "/workspace/blocker/project\n"
+    assert await backend.working_dir() == "/workspace/blocker/project"
 
 
 async def test_keep_alive_extends_the_lifetime_while_in_use(
@@ -407,6 +467,30 @@ async def test_a_dead_guest_cannot_hang_run(make_backend: BackendFactory) -> Non
     with anyio.fail_after(60), pytest.raises(WorkspaceError):
         await backend.run(["sh", "-c", "kill -9 $PPID; exec sleep 3600"])
     assert (await backend.run(["echo", "still usable"])).stdout == "still usable\n"
+
+
+async def test_a_sandbox_destroyed_mid_command_is_unavailable(
+    lizard_local: Any, make_backend: BackendFactory
+) -> None:
+    backend = make_backend()
+    await backend.working_dir()
+    ref = backend.ref
+    assert ref is not None
+
+    async def expire_soon() -> None:
+        await anyio.sleep(1.0)
+        await anyio.to_thread.run_sync(lizard_local.expire, ref.id)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as group:
+            group.start_soon(expire_soon)
+            with pytest.raises(WorkspaceUnavailableError, match=ref.id):
+                await backend.run(["sleep", "60"])
+    lizard_local.reset_counters()
+    with pytest.raises(WorkspaceUnavailableError):
+        await backend.read_bytes("/workspace/anything")  # known gone: no request
+    await backend.destroy()
+    assert _total(lizard_local) == 0
 
 
 @pytest.mark.slow

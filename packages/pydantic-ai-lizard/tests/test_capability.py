@@ -98,6 +98,29 @@ async def test_destroy_kills_the_sandbox_without_attaching(lizard_counters: Any)
         await backend.destroy()
 
 
+async def test_reattaching_and_destroying_need_no_project(
+    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = LizardSandboxBackend()
+    try:
+        await owner.write_bytes("/workspace/kept.txt", b"kept")
+        ref = owner.ref
+        assert ref is not None
+        monkeypatch.delenv("LIZARD_PROJECT_ID")  # as with 0.1.0: a ref is enough
+        capability = LizardSandbox()
+        attached = capability.get_workspace(_ctx(), ref=ref)
+        assert attached is not None
+        assert await attached.read_bytes("/workspace/kept.txt") == b"kept"
+        lizard_counters.reset_counters()
+        with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+            capability.get_workspace(_ctx(), ref=None)  # would create: refused, no request
+        assert lizard_counters.counters()["total"] == 0
+        await capability.destroy(ref)
+        assert ref.id not in lizard_counters.sandboxes()
+    finally:
+        await owner.destroy()
+
+
 def test_the_0_1_0_module_paths_still_import_with_a_warning() -> None:
     for name, attribute in (("backend", "LizardSandboxBackend"), ("capability", "LizardSandbox")):
         sys.modules.pop(f"pydantic_ai_lizard.{name}", None)

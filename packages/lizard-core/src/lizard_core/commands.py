@@ -6,6 +6,11 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
   string needs ``shell=True`` and runs as ``/bin/sh -c <string>``. A mismatch is a TypeError;
   an empty argv, NUL bytes, a relative ``cwd`` or a bad ``env`` a ValueError, all before any
   request (and before a sandbox is created).
+- **Working directory.** ``cwd`` must be an existing directory (else ``NotADirectoryError`` or
+  ``FileNotFoundError``); with ``create_cwd=True`` a missing one is created first, like
+  ``mkdir -p`` (a file in the way is ``NotADirectoryError``), in the same request.
+  :attr:`CommandResult.cwd` reports where the command started, absolute with symlinks
+  resolved, so a caller learns its real working directory without a request of its own.
 - **Environment.** The command sees the sandbox's own environment plus exactly the ``env``
   passed here; nothing is copied from the host. ``env`` reaches only the command, never the
   guest agent's Python. stdin is at EOF.
@@ -26,6 +31,10 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
   Past it the guest spills the rest of each stream to a job file, fetched with one
   ``GET files`` per spilled stream; the job directory is removed by the next guest request on
   the sandbox, so cleanup costs no request of its own.
+- **A sandbox gone mid-command.** A stream that breaks, or a transport that fails, is checked
+  with one ``GET`` of the sandbox record (see :mod:`lizard_core.guest`): a sandbox destroyed
+  or expired under the command raises :class:`~lizard_core.errors.SandboxGoneError` (and the
+  session remembers it), anything else the original error.
 - **Live output.** ``on_stdout`` / ``on_stderr`` receive each chunk of bytes as it arrives
   (spilled output arrives at the end, in one chunk per stream). With :func:`arun_command`
   they run in the event loop's thread.
@@ -94,12 +103,16 @@ class CommandResult:
     """Everything the command wrote to stdout."""
     stderr: bytes
     """Everything the command wrote to stderr."""
+    cwd: str | None = None
+    """The directory the command started in: absolute, symlinks resolved (None only if the
+    sandbox could not tell, e.g. its default directory was removed)."""
 
 
 @dataclass(frozen=True)
 class _Spec:
     argv: list[str]
     cwd: str | None
+    create_cwd: bool
     env: dict[str, str]
     timeout: float | None
     output_limit: int
@@ -109,6 +122,7 @@ def _validate(
     command: str | Sequence[str],
     shell: bool,
     cwd: str | None,
+    create_cwd: bool,
     env: Mapping[str, str] | None,
     timeout: float | None,
     output_limit: int,
@@ -138,6 +152,10 @@ def _validate(
             raise TypeError("cwd must be a str or None")
         if not posixpath.isabs(cwd) or "\0" in cwd:
             raise ValueError("cwd must be an absolute path without NUL")
+    if type(create_cwd) is not bool:
+        raise TypeError("create_cwd must be a bool")
+    if create_cwd and cwd is None:
+        raise ValueError("create_cwd=True needs a cwd to create")
     env_dict: dict[str, str] = {}
     if env is not None:
         if not isinstance(env, Mapping):
@@ -160,7 +178,9 @@ def _validate(
     for name, callback in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable or None")
-    return _Spec(argv, cwd, env_dict, None if timeout is None else float(timeout), output_limit)
+    return _Spec(
+        argv, cwd, create_cwd, env_dict, None if timeout is None else float(timeout), output_limit
+    )
 
 
 def _execute(
@@ -189,6 +209,7 @@ def _execute(
         "op": "run",
         "argv": spec.argv,
         "cwd": spec.cwd,
+        "mkcwd": spec.create_cwd,
         "env": spec.env,
         "timeout": spec.timeout,
         "limit": spec.output_limit,
@@ -207,6 +228,7 @@ def _execute(
             exec_timeout_s=exec_timeout,
             deadline_s=deadline,
             cancel=cancel,
+            session=session,
         )
     )
     spilled = [path for path in final.get("sp") or () if path]
@@ -248,7 +270,13 @@ def _execute(
             stderr=stderr,
             limit=spec.output_limit,
         )
-    return CommandResult(exit_code=int(final["rc"]), stdout=stdout, stderr=stderr)
+    cwd = final.get("cwd")
+    return CommandResult(
+        exit_code=int(final["rc"]),
+        stdout=stdout,
+        stderr=stderr,
+        cwd=cwd if isinstance(cwd, str) else None,
+    )
 
 
 def run_command(
@@ -257,6 +285,7 @@ def run_command(
     *,
     shell: bool = False,
     cwd: str | None = None,
+    create_cwd: bool = False,
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
@@ -267,10 +296,13 @@ def run_command(
 
     See the module docstring for the contract. Raises
     :class:`~lizard_core.errors.CommandTimeoutError`,
-    :class:`~lizard_core.errors.OutputLimitError`, ``OSError`` for a bad ``cwd``, and the
-    session's errors (:class:`~lizard_core.errors.SandboxGoneError`, ...).
+    :class:`~lizard_core.errors.OutputLimitError`, ``OSError`` for a bad ``cwd`` (or one
+    ``create_cwd=True`` could not create), and the session's errors
+    (:class:`~lizard_core.errors.SandboxGoneError`, ...).
     """
-    spec = _validate(command, shell, cwd, env, timeout, output_limit, on_stdout, on_stderr)
+    spec = _validate(
+        command, shell, cwd, create_cwd, env, timeout, output_limit, on_stdout, on_stderr
+    )
     sandbox = session.sandbox()
     return _execute(session, sandbox, spec, on_stdout, on_stderr, None)
 
@@ -281,6 +313,7 @@ async def arun_command(
     *,
     shell: bool = False,
     cwd: str | None = None,
+    create_cwd: bool = False,
     env: Mapping[str, str] | None = None,
     # The command's own limit, enforced in the guest; a caller's scope cannot replace it.
     timeout: float | None = None,  # noqa: ASYNC109
@@ -289,7 +322,9 @@ async def arun_command(
     on_stderr: OutputCallback | None = None,
 ) -> CommandResult:
     """Async :func:`run_command`; cancelling the task stops the command's process group."""
-    spec = _validate(command, shell, cwd, env, timeout, output_limit, on_stdout, on_stderr)
+    spec = _validate(
+        command, shell, cwd, create_cwd, env, timeout, output_limit, on_stdout, on_stderr
+    )
     sandbox = await session.asandbox()
     out, err = loop_callback(on_stdout), loop_callback(on_stderr)
     return await arun_cancellable(lambda cancel: _execute(session, sandbox, spec, out, err, cancel))

@@ -4,7 +4,13 @@ Contract:
 
 - :meth:`SandboxConfig.from_env` takes each setting from its argument when one is given, else
   from ``LIZARD_API_KEY``, ``LIZARD_PROJECT_ID`` and ``LIZARD_API_URL``, else from a default.
-  A missing API key or project raises :class:`ValueError` naming the variable to set.
+  A missing API key raises :class:`ValueError` naming the variable to set.
+- The project is needed only to create a sandbox, so it may be missing (``project_id`` None)
+  in a configuration used to attach to or destroy an existing one. Whatever would create
+  (:meth:`SandboxConfig.create_kwargs`, and a :class:`~lizard_core.session.Session` without a
+  ``sandbox_id``, at construction) calls :meth:`SandboxConfig.require_project`, which raises
+  :class:`ValueError` naming ``LIZARD_PROJECT_ID``, before any request. A project given but
+  empty or malformed is refused at once.
 - Every value is checked when the configuration is built: a wrong type raises
   :class:`TypeError`, a wrong value :class:`ValueError`. Building a configuration performs no
   I/O: no request, no DNS lookup, no project resolution. The project may be an id, a slug or a
@@ -91,6 +97,10 @@ _INTEGRATION: Final = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 _VERSION: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9.+_-]{0,63}")
 _PRINTABLE_ASCII: Final = re.compile(r"[\x21-\x7e]+")
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f]")
+_NO_PROJECT: Final = (
+    "No Lizard project: pass project_id= or set LIZARD_PROJECT_ID (the project's id, slug or "
+    "name); a project is needed to create a sandbox, not to attach to one"
+)
 # Keys shorter than this are checked against envs and metadata by equality only: a substring
 # test would refuse ordinary values that merely contain a short toy key such as "test".
 _KEY_SUBSTRING_MIN: Final = 8
@@ -231,8 +241,9 @@ class SandboxConfig:
     api_url: str
     """Normalised API base URL (HTTPS, or HTTP on a loopback host), no trailing slash."""
 
-    project_id: str
-    """The project sandboxes are billed to: its id, slug or name (the SDK resolves it)."""
+    project_id: str | None = None
+    """The project sandboxes are billed to: its id, slug or name (the SDK resolves it); None
+    when this configuration only attaches to existing sandboxes (see :meth:`require_project`)."""
 
     template: str = DEFAULT_TEMPLATE
     """Template to create sandboxes from, e.g. ``base`` or ``interpreter``."""
@@ -278,14 +289,14 @@ class SandboxConfig:
         _set = object.__setattr__  # the dataclass is frozen; normalise values in place once
         _set(self, "api_url", _check_api_url(self.api_url, "api_url"))
 
-        project = _require_str("project_id", self.project_id)
-        if not project.strip():
-            raise ValueError(
-                "No Lizard project: pass project_id= or set LIZARD_PROJECT_ID "
-                "(the project's id, slug or name)"
-            )
-        if project != project.strip() or _CONTROL.search(project) or len(project) > 256:
-            raise ValueError("project_id must not have surrounding spaces or control characters")
+        if self.project_id is not None:
+            project = _require_str("project_id", self.project_id)
+            if not project.strip():
+                raise ValueError(_NO_PROJECT)
+            if project != project.strip() or _CONTROL.search(project) or len(project) > 256:
+                raise ValueError(
+                    "project_id must not have surrounding spaces or control characters"
+                )
 
         template = _require_str("template", self.template)
         if not _TEMPLATE.fullmatch(template):
@@ -361,7 +372,8 @@ class SandboxConfig:
         ``api_key``, ``api_url`` and ``project_id`` fall back to ``LIZARD_API_KEY``,
         ``LIZARD_API_URL`` and ``LIZARD_PROJECT_ID`` when None (an empty variable counts as
         unset). ``environ`` replaces ``os.environ`` as the source of those variables.
-        ``integration_version`` defaults to lizard-core's own version. Raises
+        ``integration_version`` defaults to lizard-core's own version. A missing project is
+        allowed (``project_id`` None: enough to attach); a missing key is not. Raises
         :class:`TypeError` or :class:`ValueError` for invalid input; performs no I/O.
         """
         env = os.environ if environ is None else environ
@@ -386,12 +398,8 @@ class SandboxConfig:
             api_url = _check_api_url(api_url, url_source)
 
         if project_id is None:
+            # Still None when unset: only a create needs it (see require_project).
             project_id = env.get("LIZARD_PROJECT_ID") or None
-            if project_id is None:
-                raise ValueError(
-                    "No Lizard project: pass project_id= or set LIZARD_PROJECT_ID "
-                    "(the project's id, slug or name)"
-                )
 
         return cls(
             api_key=Secret(api_key),
@@ -431,6 +439,15 @@ class SandboxConfig:
             METADATA_VERSION_KEY: self.integration_version,
         }
 
+    def require_project(self) -> str:
+        """The project, or :class:`ValueError` naming ``LIZARD_PROJECT_ID`` when there is none.
+
+        Called by everything that would create a sandbox, before any request.
+        """
+        if self.project_id is None:
+            raise ValueError(_NO_PROJECT)
+        return self.project_id
+
     def api_kwargs(self) -> dict[str, str]:
         """``api_key`` and ``api_url`` as keyword arguments for lizard-sdk calls.
 
@@ -442,11 +459,12 @@ class SandboxConfig:
         """Keyword arguments for ``lizard.Sandbox.create``, credentials included.
 
         The template is included as ``template``; the project is passed as ``project`` so that
-        the SDK accepts an id, a slug or a name. Never log the result.
+        the SDK accepts an id, a slug or a name. Raises :class:`ValueError` when there is no
+        project (see :meth:`require_project`). Never log the result.
         """
         kwargs: dict[str, Any] = {
             "template": self.template,
-            "project": self.project_id,
+            "project": self.require_project(),
             "timeout_ms": self.lifetime_ms,
             "metadata": self.sandbox_metadata,
             "internet_access": self.internet_access,

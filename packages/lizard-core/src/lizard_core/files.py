@@ -6,7 +6,9 @@ Contract (proven against lizard-local in ``tests/test_files.py``):
   checked before any request. Operations run as the sandbox's default user.
 - **Errors** are the builtin ``OSError`` subclass for the errno the sandbox reported:
   FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError.
-  FIFOs, sockets and devices fail fast with ``OSError(EINVAL)`` instead of blocking.
+  FIFOs, sockets and devices fail fast with ``OSError(EINVAL)`` instead of blocking. A sandbox
+  that no longer exists, also one destroyed while the operation ran, raises
+  :class:`~lizard_core.errors.SandboxGoneError` (see :mod:`lizard_core.guest`).
 - :meth:`SandboxFiles.read_bytes` reads a regular file. :meth:`SandboxFiles.write_bytes` writes
   through symlinks, creates missing parents, and replaces a regular file atomically (a
   temporary sibling renamed over it, keeping its mode and owner); a directory or special file
@@ -180,7 +182,11 @@ class SandboxFiles:
     # ── blocking bodies (given the sandbox) ──────────────────────────────
 
     def _op(self, sandbox: Any, request: dict[str, Any], **kwargs: Any) -> Frame:
-        return check_outcome(run_guest(sandbox, request, exec_timeout_s=_FILE_EXEC_S, **kwargs))
+        return check_outcome(
+            run_guest(
+                sandbox, request, exec_timeout_s=_FILE_EXEC_S, session=self._session, **kwargs
+            )
+        )
 
     def _get(self, sandbox: Any, path: str, *, ours: bool = False) -> bytes:
         """Raw bytes through the files endpoint: one request, retried on transient errors.

@@ -19,6 +19,16 @@ run through :func:`run_guest` (commands, files, and the kernel client):
   guest (it would otherwise run on unobserved). A failure before the guest said anything is
   the translated SDK error (:class:`~lizard_core.errors.TransientError`, ...), and
   :class:`GuestNotStartedError` when the exec ran but the guest never spoke.
+- **A sandbox gone under the call.** When the stream breaks (it ends without the ``end`` frame,
+  carries malformed lines, stalls or outlives ``deadline_s``) or the exec's transport fails
+  (:class:`~lizard_core.errors.TransientError`), one ``GET /api/sandboxes/{id}`` decides:
+  a sandbox that no longer exists (destroyed or expired meanwhile) raises
+  :class:`~lizard_core.errors.SandboxGoneError` from the original error, and nothing is sent to
+  stop its guest; otherwise the original error stands. With ``session=`` the check is
+  :meth:`Session.check_alive <lizard_core.session.Session.check_alive>`, which also records a
+  gone sandbox on the session. The check costs nothing on the happy path, nor when the exec
+  itself answered 404 (already :class:`~lizard_core.errors.SandboxGoneError`), nor for a
+  cancellation or an error raised by ``on_frame``.
 - **Host-side deadline.** A guest that sends no frame, heartbeat included, for :data:`STALL_S`
   is dead or stuck; past the caller's ``deadline_s`` the call is over too. Either way the guest
   is killed (best effort, by a second exec) and :class:`~lizard_core.errors.GuestProtocolError`
@@ -36,7 +46,8 @@ run through :func:`run_guest` (commands, files, and the kernel client):
 - **Credentials.** Nothing but the program, the call id and the request goes into argv; the
   API key never does.
 
-Costs: one exec request per call; stopping a guest costs one more.
+Costs: one exec request per call; stopping a guest costs one more; a broken stream costs one
+``GET`` of the sandbox record.
 """
 
 from __future__ import annotations
@@ -63,11 +74,12 @@ from lizard_core._guest import program
 from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
+    SandboxGoneError,
     TransientError,
     translate,
     translated,
 )
-from lizard_core.session import Session
+from lizard_core.session import Session, confirm_alive
 
 __all__ = [
     "ARG_PART",
@@ -182,6 +194,12 @@ def _return_cleanup(sandbox_id: str, paths: list[str]) -> None:
             _cleanup.setdefault(sandbox_id, set()).update(paths)
 
 
+def _forget_cleanup(sandbox_id: str) -> None:
+    """Drop what was scheduled for a sandbox that is gone: no request will ever carry it."""
+    with _cleanup_lock:
+        _cleanup.pop(sandbox_id, None)
+
+
 # ── encoding ─────────────────────────────────────────────────────────────
 
 
@@ -264,10 +282,13 @@ class _GuestCall:
         deadline_s: float | None,
         stall_s: float,
         cancel: Cancellation | None,
+        session: Session | None = None,
         may_signal: bool = True,
     ) -> None:
         self.sandbox = sandbox
-        # False for the signalling exec itself, which must never spawn signalling execs.
+        self.session = session
+        # False for the signalling exec itself, which must never spawn further requests
+        # (signalling execs, liveness checks) of its own.
         self.may_signal = may_signal
         self.sandbox_id = str(sandbox.sandbox_id)
         self.call_id = uuid.uuid4().hex[:16]
@@ -293,6 +314,12 @@ class _GuestCall:
         self.final: Frame | None = None
         self.finished = False  # the exec call returned or raised
         self.stopping = False
+        # Set when the stream broke or its transport failed (not for a cancellation or an
+        # on_frame error): the sandbox itself may be gone, which one GET decides.
+        self.broken = False
+        # Set when the stream is gone while the guest may still run: it is killed unless the
+        # sandbox turns out to be gone.
+        self.unobserved = False
 
     # runs in the stream thread
     def _stream(self) -> None:
@@ -319,17 +346,39 @@ class _GuestCall:
             self.cancel.listen(lambda: self.events.put(("cancel", None)))
         try:
             return self._wait()
-        except (GuestProtocolError, GuestCancelledError):
-            if not self.finished:
+        except (GuestProtocolError, GuestCancelledError) as error:
+            self._raise_if_gone(error)
+            if self.unobserved:
+                self._kill_unobserved()
+            elif not self.finished:
                 self._stop(graceful=False)
             raise
-        except BaseException:
+        except BaseException as error:
+            self._raise_if_gone(error)
             # KeyboardInterrupt, or a callback that raised: stop the command as a cancel would.
             if not self.finished:
                 self._stop(graceful=True)
             if self.guest_pid is None and not self.frames_seen:
                 _return_cleanup(self.sandbox_id, self.cleanup)
             raise
+
+    def _raise_if_gone(self, error: BaseException) -> None:
+        """After a broken stream, raise SandboxGoneError if the sandbox no longer exists.
+
+        One GET; if it cannot tell (the check failed too), the original error stands.
+        """
+        if not self.broken or not self.may_signal:
+            return
+        try:
+            if self.session is not None:
+                self.session.check_alive()
+            else:
+                confirm_alive(self.sandbox)
+        except SandboxGoneError as gone:
+            _forget_cleanup(self.sandbox_id)
+            raise gone from error
+        except LizardIntegrationError as check:
+            _log.debug("could not check sandbox %s after %r: %r", self.sandbox_id, error, check)
 
     def _wait(self) -> Frame:
         started = last = time.monotonic()
@@ -348,6 +397,7 @@ class _GuestCall:
                 now = time.monotonic()
                 if finish_by is not None and now >= finish_by:
                     return self._outcome()  # the end frame arrived; the stream lingers
+                self.broken = True
                 if now >= last + self.stall_s:
                     raise GuestProtocolError(
                         f"The guest program stopped answering (no frame for {self.stall_s:g} s)"
@@ -379,10 +429,12 @@ class _GuestCall:
                 if self.final is not None and not self.noise:
                     return self.final  # the outcome is proven; a late transport error is moot
                 started = self.frames_seen or self.exec_pid is not None
+                self.broken = isinstance(value, TransientError)
                 if started and isinstance(value, TransientError):
-                    # The guest ran and may still be running, unobserved: stop it, and say
-                    # that the operation may have run rather than that the API was unreachable.
-                    self._kill_unobserved()
+                    # The guest ran and may still be running, unobserved: stop it (unless the
+                    # sandbox is gone), and say that the operation may have run rather than
+                    # that the API was unreachable.
+                    self.unobserved = True
                     raise GuestProtocolError(
                         "The exec stream broke before the guest program's final frame, so the "
                         f"operation may have partly run ({value.message}){self._context()}."
@@ -413,6 +465,8 @@ class _GuestCall:
             self.on_frame(frame)
 
     def _outcome(self, exit_code: int | None = None) -> Frame:
+        # Whatever is raised from here is a stream that broke (see _raise_if_gone).
+        self.broken = True
         if self.noise:
             raise GuestProtocolError(
                 f"The guest program sent malformed output ({self.noise[0]!r}){self._context()}."
@@ -424,6 +478,7 @@ class _GuestCall:
                 "The guest program's output ended without its final frame, so the result "
                 f"cannot be trusted{why}{self._context()}."
             )
+        self.broken = False
         return self.final
 
     def _context(self) -> str:
@@ -530,6 +585,7 @@ def run_guest(
     stall_s: float = STALL_S,
     cancel: Cancellation | None = None,
     program_name: str = "agent",
+    session: Session | None = None,
 ) -> Frame:
     """Run one guest program with ``request`` on ``sandbox`` (a ``lizard.Sandbox``); blocking.
 
@@ -542,6 +598,9 @@ def run_guest(
     stalls, the translated SDK error when the exec itself fails, and
     :class:`GuestCancelledError` once ``cancel`` was set; it stops the guest before raising
     anything, and before re-raising an exception from ``on_frame`` or a ``KeyboardInterrupt``.
+    When the stream breaks or the exec's transport fails, one ``GET`` of the sandbox record
+    turns the error into :class:`~lizard_core.errors.SandboxGoneError` if the sandbox no longer
+    exists; pass the ``session`` the sandbox belongs to so that it records that too.
     """
     call = _GuestCall(
         sandbox,
@@ -553,6 +612,7 @@ def run_guest(
         deadline_s=deadline_s,
         stall_s=stall_s,
         cancel=cancel,
+        session=session,
     )
     return call.run()
 

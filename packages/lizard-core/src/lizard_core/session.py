@@ -32,6 +32,12 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   first, so a sandbox in use does not expire and an idle one still does. That is at most one
   extra request per half lifetime, never one per operation. Keep-alive is best effort: its
   failures are logged and retried on a later use, never raised.
+- **Is it still there?** :meth:`Session.check_alive` (and :meth:`Session.acheck_alive`) asks
+  the platform with one ``GET /api/sandboxes/{id}``, not retried, whether the sandbox still
+  exists. It belongs on failure paths: the guest layer calls it when an exec stream breaks or
+  its transport fails, to tell a sandbox destroyed or expired under a command
+  (:class:`~lizard_core.errors.SandboxGoneError`, recorded so that later uses fail at once)
+  from a passing fault (the original error stands). Nothing calls it on the happy path.
 - **Errors and retries.** Every SDK call made here, and every call passed to
   :meth:`Session.call` / :meth:`Session.acall`, raises only
   :class:`~lizard_core.errors.LizardIntegrationError` kinds (see :mod:`lizard_core.errors`).
@@ -41,6 +47,8 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   :class:`~lizard_core.errors.QuotaError` with ``retry_after``).
 - **Credentials.** The API key goes only to the SDK, as an argument; never into the sandbox's
   environment, argv, files, logs or error text.
+- **Project.** Creating needs a project; attaching does not. A session without ``sandbox_id``
+  whose configuration names no project raises :class:`ValueError` at construction.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
 ``GET /api/projects`` that resolves the project reference); no read-back follows the create.
@@ -66,7 +74,7 @@ from lizard_core._retry import RetryPolicy
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import LizardIntegrationError, SandboxGoneError, translated
 
-__all__ = ["RetryPolicy", "Session"]
+__all__ = ["GONE_STATUSES", "RetryPolicy", "Session", "confirm_alive"]
 
 T = TypeVar("T")
 
@@ -75,6 +83,29 @@ _log = logging.getLogger(__name__)
 _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later.
 _KEEP_ALIVE_RETRY_S: Final = 15.0
+
+GONE_STATUSES: Final = frozenset({"failed", "stopped", "deleted", "killed", "expired"})
+"""Statuses of a sandbox record that mean the sandbox is over: the SDK's terminal states
+(``failed``, ``stopped``, ``deleted``) and the words a kill or an expiry would report."""
+
+
+def confirm_alive(sandbox: Any) -> None:
+    """Check that the ``lizard.Sandbox`` still exists: one ``GET /api/sandboxes/{id}``.
+
+    Raises :class:`~lizard_core.errors.SandboxGoneError` if it no longer does (404, or a status
+    in :data:`GONE_STATUSES`), and the translated error if the check itself fails; it is never
+    retried. :meth:`Session.check_alive` is the same check for a session, which also records
+    the answer; use this one only for a sandbox without a session.
+    """
+    sandbox_id = str(sandbox.sandbox_id)
+    with translated(sandbox_id=sandbox_id):
+        info = sandbox.get_info()
+    status = getattr(info, "status", None)
+    if isinstance(status, str) and status.lower() in GONE_STATUSES:
+        raise SandboxGoneError(
+            f"The sandbox {sandbox_id} no longer exists (its status is {status!r}).",
+            sandbox_id=sandbox_id,
+        )
 
 
 class Session:
@@ -110,6 +141,9 @@ class Session:
             raise TypeError("destroy_on_exit must be a bool or None")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError("retry must be a RetryPolicy or None")
+        if sandbox_id is None:
+            # Checked here, before any request: only a create needs the project.
+            config.require_project()
 
         self._config = config
         self._keep_alive = keep_alive
@@ -123,6 +157,9 @@ class Session:
         self._acquiring: concurrent.futures.Future[Any] | None = None
         self._created = False
         self._gone = False
+        # Gone, but the platform still lists its record (a terminal status, not a 404): a
+        # destroy() still deletes it.
+        self._gone_listed = False
         self._closed = False
         self._destroyed = False
         # monotonic time at which keep-alive should next extend the lifetime
@@ -313,6 +350,37 @@ class Session:
         _log.debug("created sandbox %s", sandbox.sandbox_id)
         return sandbox
 
+    # ── liveness ─────────────────────────────────────────────────────────
+
+    def check_alive(self) -> None:
+        """Raise :class:`~lizard_core.errors.SandboxGoneError` if the sandbox no longer exists.
+
+        One ``GET /api/sandboxes/{id}``, not retried; meant for failure paths (see the module
+        docstring). A sandbox found gone is recorded: every later use of the session raises
+        :class:`~lizard_core.errors.SandboxGoneError` without a request. Returns when the
+        sandbox exists. A session that has no sandbox id yet makes no request and returns; a
+        destroyed or closed one raises at once. If the check itself fails, its translated error
+        is raised (a caller holding another error should keep that one).
+        """
+        with self._lock:
+            self._check_usable()
+            sandbox, sandbox_id = self._sandbox, self._sandbox_id
+        if sandbox_id is None:
+            return
+        handle = sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
+        try:
+            confirm_alive(handle)
+        except SandboxGoneError as gone:
+            with self._lock:
+                self._gone = True
+                self._gone_listed = gone.status_code != 404
+            _log.debug("sandbox %s is gone", sandbox_id)
+            raise
+
+    async def acheck_alive(self) -> None:
+        """Async :meth:`check_alive`; a cancellation waits for the request already sent."""
+        await run_blocking(self.check_alive)
+
     # ── calls ────────────────────────────────────────────────────────────
 
     def call(
@@ -469,7 +537,7 @@ class Session:
                 concurrent.futures.wait([in_flight])
             with self._lock:
                 sandbox, sandbox_id = self._sandbox, self._sandbox_id
-                known_gone = self._gone
+                known_gone = self._gone and not self._gone_listed
             if kill and sandbox_id is not None and not known_gone:
                 handle = (
                     sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())

@@ -2,17 +2,21 @@
 
 What holds (the rules of `pydantic_ai/workspaces/protocol.py`, and how they are kept here):
 
-- Building a backend validates every argument and makes no request. The first operation creates
-  the sandbox, or attaches to the one `ref` names; a sandbox that is gone is
-  `WorkspaceUnavailableError`, never a replacement. `lizard_core.session.Session` owns this:
-  it creates at most one sandbox however many first operations race, and records its id as
+- Building a backend validates every argument and makes no request. Only creating needs a
+  project: with `ref`, `LIZARD_PROJECT_ID` may be unset (as in 0.1.0); without it, a missing
+  project is a `ValueError` at construction.
+- The first operation creates the sandbox, or attaches to the one `ref` names; a sandbox that is
+  gone is `WorkspaceUnavailableError`, never a replacement. `lizard_core.session.Session` owns
+  this: it creates at most one sandbox however many first operations race, and records its id as
   soon as the create returns, even if the caller was cancelled meanwhile, so `ref` never changes
   once set.
 - A run ending never destroys the sandbox: only `destroy()` (or its lifetime) does.
 - Each command is one streaming request (`lizard_core.commands`); each file operation is one
-  request for small files (`lizard_core.files`). A non-zero exit is a result; a timeout or the
-  output limit raise with the partial output; a guest that dies cannot hang a run, because the
-  core backs every command with a host-side deadline.
+  request for small files (`lizard_core.files`). The working directory is created and resolved
+  by whichever comes first: the first `run()` (inside its own request, so a first command on a
+  new sandbox costs the create plus one request) or `working_dir()` (one request). A non-zero
+  exit is a result; a timeout or the output limit raise with the partial output; a guest that
+  dies cannot hang a run, because the core backs every command with a host-side deadline.
 - Errors are mapped in one place, `_errors.workspace_errors`; path failures are builtin `OSError`s.
 - Nothing from the host environment reaches the sandbox: only `env`, `envs` and per-command `env`.
 """
@@ -72,11 +76,8 @@ _INTEGRATION: Final = "pydantic-ai"  # the metadata tag 0.1.0 put on its sandbox
 
 # A short bounded command: a sandbox that cannot create a directory in this time is not usable.
 _PREPARE_TIMEOUT: Final = 60.0
-# Creates the working directory and prints where it really is, symlinks resolved; `printf x`
-# keeps a trailing newline of the name from being eaten by the command substitution.
-_PREPARE_SCRIPT: Final = (
-    'mkdir -p -- "$1" && cd -P -- "$1" && d=$(pwd -P && printf x) && printf %s "${d%?x}"'
-)
+# Does nothing: `working_dir()` runs it only for the directory the core creates and resolves.
+_NOOP: Final = ("/bin/sh", "-c", ":")
 
 
 def _version() -> str:
@@ -95,8 +96,8 @@ def check_ref(ref: object) -> WorkspaceRef:
     return ref  # the id itself is checked by lizard_core's Session
 
 
-# Checked here, not only in lizard_core, because `run` resolves the working directory (and so
-# creates the sandbox) before the command reaches the core: invalid input must cost nothing.
+# Checked here as well as in lizard_core, so that invalid input fails with the workspace
+# protocol's wording and types (a timeout that is not a number is a ValueError here).
 def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
     if env is None:
         return {}
@@ -159,7 +160,8 @@ class LizardSandboxBackend(
     Args:
         ref: A sandbox to attach to on first use, instead of creating one. A sandbox that is gone
             raises `WorkspaceUnavailableError`; no replacement is created.
-        project_id: Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`.
+        project_id: Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`. Needed
+            only to create a sandbox: not with `ref`.
         api_key: Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host.
         size: Machine size of a new sandbox.
         lifetime_ms: Lifetime of a new sandbox; when it runs out, the sandbox and its files go.
@@ -240,28 +242,57 @@ class LizardSandboxBackend(
         if self._working_dir is None:
             async with self._prepare_lock:
                 if self._working_dir is None:
-                    resolved = await self._prepare_working_dir()
-                    self._files = SandboxFiles(self._session, protected=(resolved,))
-                    self._working_dir = resolved
+                    # One request creates the directory and reports where it really is.
+                    result = await self._run_in_working_dir(
+                        list(_NOOP), env={}, timeout=_PREPARE_TIMEOUT
+                    )
+                    if result.exit_code != 0:
+                        reason = decode_output(result.stderr).strip()
+                        raise WorkspaceError(
+                            f"Could not prepare the working directory "
+                            f"{self._configured_working_dir!r} in the Lizard sandbox: "
+                            f"{reason or f'exit code {result.exit_code}'}"
+                        )
+        assert self._working_dir is not None  # set by _run_in_working_dir
         return self._working_dir
 
-    async def _prepare_working_dir(self) -> str:
-        # One command both creates the directory and reports where it really is.
-        async with self._errors():
-            result = await commands.arun_command(
-                self._session,
-                ["/bin/sh", "-c", _PREPARE_SCRIPT, "sh", self._configured_working_dir],
-                cwd="/",
-                timeout=_PREPARE_TIMEOUT,
-            )
-        resolved = result.stdout.decode("utf-8", errors="surrogateescape")
-        if result.exit_code != 0 or not posixpath.isabs(resolved):
-            reason = decode_output(result.stderr).strip() or f"exit code {result.exit_code}"
-            raise WorkspaceError(
-                f"Could not create the working directory {self._configured_working_dir!r} "
-                f"in the Lizard sandbox: {reason}"
-            )
-        return resolved
+    async def _run_in_working_dir(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        timeout: float | None,  # noqa: ASYNC109 - the command's own limit, enforced in the guest
+    ) -> commands.CommandResult:
+        """Run `argv` in the working directory; the first call also creates and resolves it.
+
+        Until the working directory is known, the command carries `create_cwd`: the guest makes
+        the directory and reports its resolved path in the same request, so nothing is spent on
+        preparing it.
+        """
+        known = self._working_dir
+        async with self._errors(output_limit=OUTPUT_LIMIT):
+            try:
+                result = await commands.arun_command(
+                    self._session,
+                    argv,
+                    cwd=known or self._configured_working_dir,
+                    create_cwd=known is None,
+                    env=env,
+                    timeout=timeout,
+                    output_limit=OUTPUT_LIMIT,
+                )
+            except OSError as error:
+                if known is not None:
+                    raise  # the directory was removed since: the builtin error says so
+                raise WorkspaceError(
+                    f"Could not create the working directory {self._configured_working_dir!r} "
+                    f"in the Lizard sandbox: {error.strerror or error}"
+                ) from error
+        if self._working_dir is None and result.cwd is not None:
+            # Protected from `remove()` from here on.
+            self._files = SandboxFiles(self._session, protected=(result.cwd,))
+            self._working_dir = result.cwd
+        return result
 
     async def run(
         self,
@@ -275,16 +306,7 @@ class LizardSandboxBackend(
         argv = _argv(command, shell)
         _check_timeout(timeout)
         merged_env = {**self._env, **_check_env(env)}
-        cwd = await self.working_dir()
-        async with self._errors(output_limit=OUTPUT_LIMIT):
-            result = await commands.arun_command(
-                self._session,
-                argv,
-                cwd=cwd,
-                env=merged_env,
-                timeout=timeout,
-                output_limit=OUTPUT_LIMIT,
-            )
+        result = await self._run_in_working_dir(argv, env=merged_env, timeout=timeout)
         return CommandResult(
             exit_code=result.exit_code,
             stdout=decode_output(result.stdout),

@@ -29,6 +29,8 @@ from ._backend import (
 
 __all__ = ["LizardSandbox"]
 
+_VALIDATION_REF = WorkspaceRef(provider=PROVIDER, id="validation-only")
+
 
 @dataclass(kw_only=True)
 class LizardSandbox(AbstractCapability[AgentDepsT]):
@@ -42,7 +44,9 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
     """
 
     project_id: str | None = None
-    """Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`."""
+    """Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`. Needed only to create a
+    sandbox: attaching to a `WorkspaceRef` and `destroy(ref)` work without one, and a run that
+    would create one without a project fails with `ValueError` before any request."""
 
     size: Size = DEFAULT_SIZE
     """Machine size of a new sandbox: `nano`, `mini`, `small`, `medium`, `large` or `big`."""
@@ -83,7 +87,10 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
                 "LizardSandbox cannot defer loading: a run selects its workspace before deferred "
                 "capabilities load."
             )
-        self._backend(None)  # Validates every field; builds no sandbox and makes no request.
+        # Validates every field; builds no sandbox and makes no request. Built as if attaching,
+        # so that a missing project (needed only to create) does not refuse a capability used to
+        # reattach or destroy; a run that would create checks it in `get_workspace`.
+        self._backend(_VALIDATION_REF)
 
     def _backend(self, ref: WorkspaceRef | None) -> LizardSandboxBackend:
         return LizardSandboxBackend(

@@ -4,8 +4,8 @@ Contract (from `pydantic_ai/workspaces/protocol.py`):
 
 - a sandbox that is gone (destroyed, expired, never existed), and credentials or billing that no
   retry can fix, are `WorkspaceUnavailableError`; the provider's text for a rejected key is never
-  passed on. A command or file operation whose stream broke off is checked against the sandbox:
-  if it is gone (destroyed mid-command), that is `WorkspaceUnavailableError` too;
+  passed on. A sandbox destroyed under a running command or file operation is included:
+  lizard_core checks the sandbox when a stream breaks and raises `SandboxGoneError` then;
 - a command past its `timeout` is `WorkspaceTimeoutError` and one past its output cap is
   `WorkspaceOutputLimitError`, both carrying the partial output decoded like a result;
 - a guest program that died or stalled in a live sandbox is a `WorkspaceError`;
@@ -29,7 +29,7 @@ from pydantic_ai.workspaces import (
 from lizard_core import errors as core
 from lizard_core.session import Session
 
-__all__ = ["decode_output", "sandbox_is_gone", "translate", "workspace_errors"]
+__all__ = ["decode_output", "translate", "workspace_errors"]
 
 
 def decode_output(data: bytes) -> str:
@@ -74,28 +74,11 @@ def translate(
             stderr=decode_output(error.stderr),
         )
     if isinstance(error, core.GuestProtocolError):
-        # The sandbox answers but its helper broke off (killed, out of memory): the environment
-        # may still be usable, so this is a deliberate failure, not "unavailable".
+        # lizard_core found the sandbox still there, but its helper broke off (killed, out of
+        # memory): the environment may still be usable, so this is a deliberate failure, not
+        # "unavailable".
         return WorkspaceError(f"The operation's helper in the Lizard sandbox failed: {error}")
     return error
-
-
-async def sandbox_is_gone(session: Session) -> bool:
-    """Whether the session's sandbox no longer exists; one request, made only after a failure.
-
-    Stop-gap: lizard_core does not yet tell a stream cut by a destroyed sandbox from a transient
-    drop, so the adapter asks. This belongs in lizard_core (raise `SandboxGoneError` there).
-    """
-    if session.sandbox_id is None:
-        return False
-    try:
-        sandbox = await session.asandbox()
-        info = await session.acall(sandbox.get_info, idempotent=True)
-    except core.SandboxGoneError:
-        return True
-    except core.LizardIntegrationError:
-        return False  # could not tell: keep the original error
-    return getattr(info, "status", None) not in (None, "", "running", "ready")
 
 
 @asynccontextmanager
@@ -104,12 +87,7 @@ async def workspace_errors(session: Session, *, output_limit: int = 0) -> AsyncI
     try:
         yield
     except core.LizardIntegrationError as error:
-        sandbox_id = session.sandbox_id
-        if isinstance(error, core.GuestProtocolError | core.TransientError) and (
-            await sandbox_is_gone(session)
-        ):
-            raise WorkspaceUnavailableError(_gone_message(sandbox_id)) from error
-        mapped = translate(error, sandbox_id=sandbox_id, output_limit=output_limit)
+        mapped = translate(error, sandbox_id=session.sandbox_id, output_limit=output_limit)
         if mapped is error:
             raise
         raise mapped from error

@@ -121,7 +121,11 @@ def exit_code(rc: int) -> int:
 
 
 def op_run(req: Frame) -> Frame:
-    """Run a command with stdin at EOF, streaming output and spilling past the budget."""
+    """Run a command with stdin at EOF, streaming output and spilling past the budget.
+
+    With ``mkcwd`` a missing ``cwd`` is created first (``mkdir -p``). The end frame reports
+    ``cwd``: where the command started, symlinks resolved.
+    """
     import selectors
     import signal
     import subprocess
@@ -129,8 +133,18 @@ def op_run(req: Frame) -> Frame:
     argv = req["argv"]
     cwd = req.get("cwd")
     limit, budget = req["limit"], req["budget"]
-    if cwd is not None and not stat.S_ISDIR(os.stat(cwd).st_mode):
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+    if cwd is not None:
+        if req.get("mkcwd"):
+            ensure_dir(cwd)
+        if not stat.S_ISDIR(os.stat(cwd).st_mode):
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+        # Where the command really starts, symlinks resolved, as `cd -P` would put it.
+        cwd = os.path.realpath(cwd)
+    else:
+        try:
+            cwd = os.getcwd()
+        except OSError:
+            cwd = None  # removed under us: the command still starts there, as before
     env = dict(os.environ)
     env.update(req.get("env") or {})
     stop: List[int] = []
@@ -164,7 +178,7 @@ def op_run(req: Frame) -> Frame:
         why = "command not found" if code == 127 else exc.strerror
         message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
         emit_data("o", message, {"s": 2})
-        return {"rc": code, "n": [0, len(message)], "sp": [None, None]}
+        return {"rc": code, "n": [0, len(message)], "sp": [None, None], "cwd": cwd}
 
     pgid = proc.pid
     emit({"t": "start", "pg": pgid})
@@ -261,6 +275,7 @@ def op_run(req: Frame) -> Frame:
         "to": timed_out,
         "ol": over,
         "x": bool(stop),
+        "cwd": cwd,
     }
 
 
@@ -453,12 +468,12 @@ def op_chunk(req: Frame) -> Frame:
         return {"part": [out, copy_range(handle, out, req["len"])]}
 
 
-def ensure_parent(parent: str) -> None:
-    """``mkdir -p`` for a file's parent; a file in the way is NotADirectoryError."""
+def ensure_dir(path: str) -> None:
+    """``mkdir -p``; a file in the way is NotADirectoryError."""
     try:
-        os.makedirs(parent, exist_ok=True)
+        os.makedirs(path, exist_ok=True)
     except FileExistsError:
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), parent) from None
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
 
 
 def op_write(req: Frame) -> Frame:
@@ -471,7 +486,7 @@ def op_write(req: Frame) -> Frame:
     except FileNotFoundError:
         st = None
     if st is None:
-        ensure_parent(parent)
+        ensure_dir(parent)
     elif stat.S_ISDIR(st.st_mode):
         raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
     elif not stat.S_ISREG(st.st_mode):
