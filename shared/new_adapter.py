@@ -7,9 +7,8 @@ For ``my-framework`` it creates ``packages/my-framework-lizard`` (import ``my_fr
 a working ``LizardTool`` on lizard_core, its pyproject on the lockstep build hook (with the
 ``VERSION`` and ``lockstep.py`` symlinks and a copy of ``LICENSE``, and ``lizard-core=={version}``),
 a README, ``py.typed``, unit tests and the shared contract tests, an example, and the docs page
-``docs/my-framework-lizard.md``. It also adds the import name to ruff's ``known-first-party`` in
-the root ``pyproject.toml`` (unless ruff's ``src`` already finds ``packages/*/src``), so that
-import sorting treats it like its siblings.
+``docs/my-framework-lizard.md``. Ruff's ``src`` setting in the root ``pyproject.toml`` already
+treats ``packages/*/src`` as first-party, so import sorting needs no registration either.
 
 Nothing else needs registering: nox sessions, the CI matrix and the release list discover
 packages from ``packages/*/pyproject.toml`` (``shared/release/packages.py``).
@@ -154,33 +153,6 @@ def existing_packages(root: Path) -> dict[str, Path]:
     return found
 
 
-def first_party_update(root: Path, module: str) -> str | None:
-    """The root pyproject with ``module`` added to ruff's ``known-first-party``, or None.
-
-    None when nothing needs to change: the module is listed already, or ruff's ``src`` covers
-    ``packages/*/src``. Raises :class:`AdapterError` when the list cannot be found.
-    """
-    path = root / "pyproject.toml"
-    text = path.read_text(encoding="utf-8")
-    ruff = tomllib.loads(text).get("tool", {}).get("ruff", {})
-    if "packages/*/src" in ruff.get("src", []):
-        return None
-    if module in ruff.get("lint", {}).get("isort", {}).get("known-first-party", []):
-        return None
-    match = re.search(r"^known-first-party\s*=\s*\[(?P<items>[^\]]*)\]", text, re.MULTILINE)
-    if match is None:
-        raise AdapterError(
-            f"no `known-first-party = [...]` in {path}: add {module!r} to ruff's isort settings"
-        )
-    items = match.group("items").rstrip()
-    comma = "" if not items.strip() or items.endswith(",") else ","
-    if "\n" in items:  # one entry per line, or several per line: add a line
-        items += f'{comma}\n  "{module}",\n'
-    else:
-        items += f'{comma} "{module}"' if items.strip() else f'"{module}"'
-    return text[: match.start("items")] + items + text[match.end("items") :]
-
-
 def _template_files(template: Path) -> list[tuple[Path, Path]]:
     """(template file, path relative to the repository root with placeholders) pairs."""
     pairs = []
@@ -226,7 +198,6 @@ def generate(root: Path, names: Names, template: Path = TEMPLATE) -> list[Path]:
             raise AdapterError(f"{dest} exists already; remove it or pick another name")
         else:
             others[dest] = content
-    pyproject = first_party_update(root, names.module)
 
     staging = Path(tempfile.mkdtemp(prefix=f".{names.dist}-", dir=root / "packages"))
     try:
@@ -246,9 +217,6 @@ def generate(root: Path, names: Names, template: Path = TEMPLATE) -> list[Path]:
         (root / dest).parent.mkdir(parents=True, exist_ok=True)
         (root / dest).write_text(content, encoding="utf-8")
         written.append(root / dest)
-    if pyproject is not None:
-        (root / "pyproject.toml").write_text(pyproject, encoding="utf-8")
-        written.append(root / "pyproject.toml")
     return written
 
 
@@ -272,8 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     package = f"packages/{names.dist}"
     print(f"Created {package} (import {names.module}):")
     for path in written:
-        what = " (ruff's known-first-party)" if path.name == "pyproject.toml" else ""
-        print(f"  {path.relative_to(root)}{what}")
+        print(f"  {path.relative_to(root)}")
     print(
         f"""
 It is already in `nox -l`, the CI matrix and the release list: they discover packages from
