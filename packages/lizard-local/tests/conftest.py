@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 
 import httpx
@@ -43,6 +46,39 @@ def offline_sandbox(api: httpx.Client, lizard_local: LocalServer) -> Iterator[Sa
 def sandbox(new_sandbox: Callable[..., Sandbox]) -> Sandbox:
     """One ``base`` sandbox, killed after the test."""
     return new_sandbox()
+
+
+@pytest.fixture
+def host_canary() -> Iterator[str]:
+    """A host directory with a file in it, for tests that try (and must fail) to delete it.
+
+    Under /var/tmp: bound read-only into namespace sandboxes, and, should that ever break, a
+    test deletes this throwaway directory rather than anything that matters.
+    """
+    path = tempfile.mkdtemp(prefix="lizard-canary-", dir="/var/tmp")
+    with open(os.path.join(path, "canary"), "w") as f:
+        f.write("host")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def host_server() -> Iterator[LocalServer]:
+    """A second server in host isolation mode (the fallback for non-root users)."""
+    server = LocalServer(isolation="host").start()
+    yield server
+    server.stop()
+    assert server.processes() == []
+
+
+@pytest.fixture
+def host_sandbox(host_server: LocalServer) -> Iterator[Sandbox]:
+    """A ``base`` sandbox of :func:`host_server`, killed after the test."""
+    sb = Sandbox.create(
+        "base", api_key=host_server.api_key, api_url=host_server.url, project_id="proj_local"
+    )
+    yield sb
+    sb.kill()
 
 
 @pytest.fixture

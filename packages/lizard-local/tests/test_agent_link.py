@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from lizard_local import procscan
-from lizard_local.agent_link import AgentError, AgentLink
+from lizard_local.agent_link import AgentError, AgentLink, _find_namespace_root
 
 
 async def read_all(fd: int) -> bytes:
@@ -100,3 +102,20 @@ async def test_stop_kills_detached_descendants(tmp_path: Path):
     assert link.closed.done()
     with pytest.raises(ConnectionError):
         await link.exec(["true"], env, "/", None, None)
+
+
+def test_a_namespace_agent_must_have_a_root_of_its_own():
+    # A parent whose one child lives in the host's mount namespace, as a failed unshare would
+    # leave it: file operations through that child's root would reach the host's files.
+    parent = subprocess.Popen(["sh", "-c", "sleep 30 & wait"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while not procscan.children_of(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        with pytest.raises(OSError, match="host's root"):
+            _find_namespace_root(parent.pid)
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+    with pytest.raises(OSError, match="expected one agent"):
+        _find_namespace_root(parent.pid)  # gone: no child at all

@@ -1,7 +1,8 @@
-"""The lizard-local command: exports, a clean exit on SIGINT, argument errors."""
+"""The lizard-local command: exports, a clean exit on SIGINT, the key by descriptor, errors."""
 
 from __future__ import annotations
 
+import os
 import signal
 import ssl
 import subprocess
@@ -78,3 +79,39 @@ def test_bad_arguments(capsys):
     assert main(["serve", "--port", "-1"]) == 2
     assert main(["serve", "--latency-ms", "-5"]) == 2
     assert "must" in capsys.readouterr().err
+
+
+def test_the_key_can_come_through_a_file_descriptor():
+    key_r, key_w = os.pipe()
+    os.write(key_w, b"fd-key-123\n")
+    os.close(key_w)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "lizard_local", "serve", "--api-key-fd", str(key_r)],
+        stdout=subprocess.PIPE,
+        text=True,
+        pass_fds=[key_r],
+    )
+    pipe = f"pipe:[{os.fstat(key_r).st_ino}]"
+    os.close(key_r)
+    try:
+        env = read_exports(proc)
+        assert env["LIZARD_API_KEY"] == "fd-key-123"
+        with open(f"/proc/{proc.pid}/cmdline", "rb") as f:
+            assert b"fd-key-123" not in f.read()
+        fds = os.listdir(f"/proc/{proc.pid}/fd")
+        assert pipe not in [os.readlink(f"/proc/{proc.pid}/fd/{fd}") for fd in fds]  # closed
+        res = httpx.get(
+            env["LIZARD_API_URL"] + "/api/projects", headers={"X-API-Key": "fd-key-123"}
+        )
+        assert res.status_code == 200
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_an_empty_or_bad_key_descriptor_is_an_error(capsys):
+    key_r, key_w = os.pipe()
+    os.close(key_w)
+    assert main(["serve", "--api-key-fd", str(key_r)]) == 2
+    assert main(["serve", "--api-key-fd", "987654"]) == 2
+    assert "--api-key-fd" in capsys.readouterr().err

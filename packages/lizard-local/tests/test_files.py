@@ -1,14 +1,16 @@
-"""File operations through the SDK: exact bytes, errors, listing, stat, move, delete."""
+"""File operations through the SDK: exact bytes, errors, listing, stat, move, delete, safety."""
 
 from __future__ import annotations
 
 import base64
+import os
 
 import httpx
 import pytest
 from lizard import Sandbox
 from lizard.errors import LizardError, NotFoundError
 
+import lizard_local as lizard_local_pkg
 from lizard_local import LocalServer
 
 
@@ -119,3 +121,106 @@ def test_base64_write_matches_the_sdk_fixture(sandbox: Sandbox, api: httpx.Clien
     raw = api.get(f"/api/sandboxes/{sandbox.sandbox_id}/files", params={"path": "/tmp/fx"})
     assert raw.content == bytes([255, 0, 128])
     assert raw.headers["content-type"].startswith("text/plain")
+
+
+# --- safety: the host's files are out of reach ---------------------------------------------------
+
+
+def test_namespace_file_api_cannot_change_host_files(
+    sandbox: Sandbox, lizard_local: LocalServer, host_canary: str
+):
+    if lizard_local.isolation != "namespace":
+        pytest.skip("namespace mode only")
+    package = os.path.dirname(lizard_local_pkg.__file__)  # the server's own files
+    with pytest.raises(LizardError, match="Read-only file system") as info:
+        sandbox.fs.write(f"{package}/sandbox-was-here", "x")
+    assert info.value.status_code == 400
+    assert not os.path.exists(f"{package}/sandbox-was-here")
+    canary = f"{host_canary}/canary"
+    for path in (canary, host_canary):
+        with pytest.raises(LizardError, match="Read-only file system"):
+            sandbox.fs.remove(path)
+    with pytest.raises(LizardError, match="Read-only file system"):
+        sandbox.fs.move(canary, "/tmp/stolen")
+    # Through links, absolute or relative, to the host's directories: still read-only.
+    sandbox.process.exec_(f"ln -s {host_canary} /workspace/abs && ln -s ../var/tmp /workspace/rel")
+    with pytest.raises(LizardError, match="Read-only file system"):
+        sandbox.fs.remove("/workspace/abs/canary")
+    with pytest.raises(LizardError, match="Read-only file system"):
+        sandbox.fs.write("/workspace/rel/sandbox-was-here", "x")
+    sandbox.fs.remove("/workspace/abs")  # the link itself is the sandbox's
+    with open(canary) as f:
+        assert f.read() == "host"
+    assert not os.path.exists("/var/tmp/sandbox-was-here")
+
+
+def test_links_to_slash_lead_to_the_sandbox_root_not_the_hosts(
+    sandbox: Sandbox, lizard_local: LocalServer, tmp_path
+):
+    if lizard_local.isolation != "namespace":
+        pytest.skip("namespace mode only")
+    canary = tmp_path / "canary"  # under the host's /tmp, which the sandbox cannot see
+    canary.write_text("host")
+    sandbox.process.exec_("ln -s / /workspace/root && ln -s .. /workspace/up")
+    inside = f"/workspace/root{canary}"
+    with pytest.raises(NotFoundError):
+        sandbox.fs.read(inside)
+    sandbox.fs.write(f"/workspace/up/../..{canary}", "sandbox")  # ".." stops at the root
+    assert sandbox.fs.read(str(canary)) == "sandbox"
+    sandbox.fs.remove(f"/workspace/root{canary.parent}")
+    assert canary.read_text() == "host"
+
+
+def test_special_files_are_refused_without_blocking(sandbox: Sandbox):
+    sandbox.process.exec_("mkfifo /tmp/fifo")
+    for call in (lambda: sandbox.fs.read("/tmp/fifo"), lambda: sandbox.fs.write("/tmp/fifo", "x")):
+        with pytest.raises(LizardError, match="regular file"):
+            call()
+
+
+def test_move_across_mounts_keeps_trees_links_and_modes(sandbox: Sandbox):
+    sandbox.process.exec_(
+        "mkdir -p /tmp/t/sub && printf data > /tmp/t/sub/f && chmod 0751 /tmp/t/sub/f "
+        "&& ln -s sub/f /tmp/t/link && mkfifo /tmp/t/p && touch -d 2001-01-01 /tmp/t/sub/f"
+    )
+    sandbox.fs.write("/workspace/dest/keep", "old")  # a non-empty directory is not replaced
+    with pytest.raises(LizardError, match="400"):
+        sandbox.fs.move("/tmp/t", "/workspace/dest")
+    sandbox.fs.move("/tmp/t", "/workspace/moved")
+    listing = sandbox.process.exec_("cd /workspace/moved && stat -c '%n|%a|%F|%Y' sub/f link p")
+    rows = [line.split("|") for line in listing.stdout.splitlines()]
+    assert rows[0] == ["sub/f", "751", "regular file", "978307200"]
+    assert (rows[1][0], rows[1][2]) == ("link", "symbolic link")
+    assert (rows[2][0], rows[2][2]) == ("p", "fifo")
+    assert sandbox.fs.read("/workspace/moved/link") == "data"
+    assert sandbox.process.exec_("test -e /tmp/t").exit_code == 1
+    assert [e.name for e in sandbox.fs.list("/workspace")] == ["dest", "moved"]
+
+
+def test_host_mode_delete_and_move_stay_in_the_sandbox_dirs(host_sandbox: Sandbox, tmp_path):
+    sb = host_sandbox
+    home = sb.process.exec_("echo $HOME").stdout
+    canary = tmp_path / "canary"  # a host file outside the sandbox's own directories
+    canary.write_text("host")
+    sb.fs.write(f"{home}/mine.txt", "mine")
+    sb.process.exec_(f"ln -s {tmp_path} {home}/link")
+    for call in (
+        lambda: sb.fs.remove(str(canary)),
+        lambda: sb.fs.remove(f"{home}/link/canary"),  # through a link to the outside
+        lambda: sb.fs.remove(str(tmp_path)),
+        lambda: sb.fs.remove(home),  # the directory itself is not "inside" it
+        lambda: sb.fs.remove("/tmp"),
+        lambda: sb.fs.move(str(canary), f"{home}/stolen"),
+        lambda: sb.fs.move(f"{home}/mine.txt", f"{tmp_path}/planted"),
+        lambda: sb.fs.move(f"{home}/mine.txt", f"{home}/link/planted"),
+    ):
+        with pytest.raises(LizardError, match="own directories") as info:
+            call()
+        assert info.value.status_code == 400
+    assert canary.read_text() == "host"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["canary"]
+    sb.fs.move(f"{home}/mine.txt", f"{home}/sub/moved.txt")
+    sb.fs.remove(f"{home}/link")  # the link itself, not its target
+    sb.fs.remove(f"{home}/sub")
+    assert canary.read_text() == "host"
+    assert sb.process.exec_(f"ls -A {home}").stdout == ""

@@ -10,7 +10,7 @@ import pytest
 from lizard import Sandbox
 from lizard.code_interpreter import CodeSandbox
 
-from lizard_local import LocalServer, procscan
+from lizard_local import LocalServer, isolation, procscan
 from lizard_local.isolation import detect_mode, keep_paths
 
 
@@ -45,9 +45,21 @@ def test_detect_mode_validates_its_argument():
     assert detect_mode("host") == "host"
 
 
+def test_auto_mode_says_so_when_root_falls_back_to_host_mode(monkeypatch, capsys):
+    monkeypatch.setattr(isolation, "_probe_namespaces", lambda: "`unshare` failed: test")
+    monkeypatch.setattr(isolation, "_could_use_namespaces", lambda: True)
+    assert detect_mode("auto") == "host"
+    assert "WARNING: `unshare` failed: test; falling back to host" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="unshare"):
+        detect_mode("namespace")
+    monkeypatch.setattr(isolation, "_could_use_namespaces", lambda: False)
+    assert detect_mode("auto") == "host"
+    assert capsys.readouterr().err == ""  # not root: host mode is the expected mode
+
+
 def test_keep_paths_are_only_under_private_directories(tmp_path):
     for path in keep_paths(tmp_path):
-        assert path.startswith(("/tmp/", "/root/", "/home/user/", "/workspace/"))
+        assert path.startswith(("/tmp/", "/root/", "/home/user/", "/workspace/", "/dev/"))
 
 
 def test_base_template_has_python_without_jupyter(sandbox: Sandbox):
@@ -131,14 +143,6 @@ def test_no_internet_sandbox_has_its_own_network(
     assert sb.process.exec_(["python3", "-c", probe]).stdout != "0"
     online = new_sandbox()
     assert online.process.exec_(["python3", "-c", probe]).stdout == "0"
-
-
-@pytest.fixture(scope="module")
-def host_server() -> Iterator[LocalServer]:
-    server = LocalServer(isolation="host").start()
-    yield server
-    server.stop()
-    assert server.processes() == []
 
 
 def test_host_mode(host_server: LocalServer):

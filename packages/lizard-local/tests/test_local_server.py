@@ -1,8 +1,11 @@
-"""LocalServer: a separate process, its addresses, TLS, and a clean stop."""
+"""LocalServer: a separate process, its addresses, TLS, a clean stop, a key kept out of /proc."""
 
 from __future__ import annotations
 
+import json
 import os
+import secrets
+from typing import Any
 
 import httpx
 import pytest
@@ -72,3 +75,66 @@ def test_fixed_port_and_key():
         assert httpx.get(
             server.url + "/api/projects", headers={"X-API-Key": "fixed-key"}
         ).is_success
+
+
+# Runs in a sandbox: which /proc/<pid>/cmdline and /proc/<pid>/environ it can read hold the key.
+# The key arrives reversed, so the probe's own argv does not hold it; the two sentinels (one in
+# its argv, one in its environment) prove that the scan finds what it looks for.
+KEY_PROBE = r"""
+import json, os, sys
+key, sentinel, env_sentinel = sys.argv[1][::-1].encode(), sys.argv[2].encode(), b"PROBE_ENV="
+found, readable, seen = [], 0, set()
+for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+    for part in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{part}", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        readable += 1
+        if key in data:
+            found.append(f"{pid}/{part}")
+        for needle in (sentinel, env_sentinel + sentinel):
+            if needle in data:
+                seen.add(f"{part}:{needle.decode()}")
+print(json.dumps({"found": found, "readable": readable, "seen": sorted(seen)}))
+"""
+
+
+def key_sightings(sandbox: Sandbox, key: str) -> dict[str, Any]:
+    sentinel = "probe-" + secrets.token_hex(8)
+    r = sandbox.process.exec_(
+        ["python3", "-c", KEY_PROBE, key[::-1], sentinel], envs={"PROBE_ENV": sentinel}
+    )
+    assert r.exit_code == 0, r.stderr
+    result: dict[str, Any] = json.loads(r.stdout)
+    assert f"cmdline:{sentinel}" in result["seen"]
+    assert f"environ:PROBE_ENV={sentinel}" in result["seen"]
+    return result
+
+
+def test_the_key_is_in_no_proc_file_a_sandbox_can_read(
+    new_sandbox, lizard_local: LocalServer, host_sandbox: Sandbox, host_server: LocalServer
+):
+    # Host mode runs commands as host processes (here as root): they read every process's
+    # cmdline and environ, the servers' included.
+    for sandbox, server in ((new_sandbox(), lizard_local), (host_sandbox, host_server)):
+        seen = key_sightings(sandbox, server.api_key)
+        assert seen["found"] == [], (server.isolation, seen)
+    assert seen["readable"] > 10  # host mode: the host's processes, not only the sandbox's
+
+
+def test_the_server_process_has_the_key_in_neither_argv_nor_environment(
+    host_server: LocalServer, lizard_local: LocalServer
+):
+    proc = host_server._proc
+    assert proc is not None
+    for part in ("cmdline", "environ"):
+        with open(f"/proc/{proc.pid}/{part}", "rb") as f:
+            data = f.read()
+        assert host_server.api_key.encode() not in data
+        assert lizard_local.api_key.encode() not in data  # this process's LIZARD_API_KEY
+    assert (
+        httpx.get(host_server.url + "/api/projects", headers={"X-API-Key": "wrong"}).status_code
+        == 401
+    )

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import os
 import threading
+from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from lizard import Sandbox
 from lizard.errors import NotFoundError
 
 from lizard_local import LocalServer, procscan
+from lizard_local import sandboxes as registry_mod
+from lizard_local.http import ApiError
+from lizard_local.isolation import Template
 
 
 def marked(sandbox_id: str) -> list[int]:
@@ -105,3 +112,32 @@ def test_concurrent_creates(lizard_local: LocalServer):
     finally:
         for i in ids:
             Sandbox.connect(i).kill()
+
+
+def test_file_operations_refuse_a_root_that_is_not_the_sandboxes():
+    # The agent is gone and its pid now belongs to a host process (here: this one), whose root
+    # is the host's: open_root must notice rather than hand out the host's "/".
+    link: Any = SimpleNamespace(agent_pid=os.getpid(), root_id=(0, 0))
+    sb = registry_mod.Sandbox(
+        id="sbx_recycled",
+        template=Template("base", "/nonexistent", False),
+        project_id="proj_local",
+        region="local",
+        size="nano",
+        metadata={},
+        envs={},
+        internet_access=True,
+        started_at=datetime.now(UTC),
+        dirs={},
+        link=link,
+        namespace=True,
+        instance="test",
+    )
+    for pid in (os.getpid(), 2**22 + 12345):
+        link.agent_pid = pid
+        with pytest.raises(ApiError) as info:
+            sb.open_root()
+        assert info.value.status == 404
+    host = os.stat("/")
+    link.agent_pid, link.root_id = os.getpid(), (host.st_dev, host.st_ino)
+    os.close(sb.open_root())  # the recorded identity is what decides

@@ -8,10 +8,19 @@ library only and never imports the rest of the package.
 Contract:
 
 - In namespace mode the agent is PID 1 of a fresh PID namespace (started by ``unshare --pid
-  --mount --fork --kill-child``). It builds a private root (the host's directories bound in, with
-  private ``/tmp``, ``/root``, ``/home/user`` and ``/workspace``), pivots into it, mounts a fresh
+  --mount --fork --kill-child``). It builds a private root, pivots into it, mounts a fresh
   ``/proc`` and, without internet, brings up ``lo`` in its empty network namespace. When PID 1
   exits the kernel kills every process of the namespace, so a sandbox can never leak processes.
+- The private root protects the host from the sandbox (from accidents such as ``rm -rf`` through
+  a symlink, not from deliberate attacks): the host's directories are bound in **read-only**
+  (recursively, every mount below them too), and the root itself is read-only. Writable are only
+  the sandbox's own ``/tmp``, ``/root``, ``/home/user`` and ``/workspace``, a private ``/dev``
+  (``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` bound from the host, a fresh
+  ``/dev/pts`` and a private ``/dev/shm``) and ``/proc`` (a fresh one for the PID namespace, with
+  ``/proc/sys``, ``/proc/sysrq-trigger`` and the other host-wide knobs read-only). Anything that
+  cannot be made so fails the sandbox's start. Commands also lose the capabilities that would
+  undo this or reach past it (``CAP_SYS_ADMIN``, ``CAP_MKNOD``, ``CAP_SYS_MODULE``,
+  ``CAP_SYS_RAWIO``, ``CAP_NET_ADMIN``, ``CAP_DAC_READ_SEARCH``...; see :data:`DROPPED_CAPS`).
 - In host mode the agent is a child subreaper: orphans (``start_new_session`` kernels, daemons)
   are re-parented to it, so "every process of the sandbox" is "every descendant of the agent".
   Every process also carries ``LIZARD_EMU_SANDBOX=<id>`` in its environment as a second net.
@@ -50,11 +59,54 @@ MS_REMOUNT = 32
 MS_BIND = 4096
 MS_MOVE = 8192
 MS_REC = 16384
+MS_UNBINDABLE = 1 << 17
 MS_PRIVATE = 1 << 18
+MS_NOATIME = 1024
+MS_NODIRATIME = 2048
+MS_RELATIME = 1 << 21
+MS_STRICTATIME = 1 << 24
 MNT_DETACH = 2
+PR_CAPBSET_DROP = 24
 PR_SET_CHILD_SUBREAPER = 36
 SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+SYS_MOUNT_SETATTR = 442  # the same number on every architecture (Linux 5.12+)
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 1
 PRIVATE_DIRS = ("/tmp", "/root", "/home/user", "/workspace")
+#: Host top-level entries the sandbox does not get: replaced by its own (``/proc``, ``/dev``, the
+#: private directories and the ``/home`` that holds ``/home/user``) or useless (``lost+found``).
+NOT_BOUND = {"proc", "dev", "tmp", "root", "home", "workspace", "lost+found"}
+#: Host devices bound into the sandbox's private ``/dev``.
+DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+#: ``/proc`` entries that act on the whole host: read-only inside the sandbox.
+PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus", "fs")
+#: Capabilities removed from the bounding set of every command (even one run as root), so a
+#: command cannot remount the host's directories writable (SYS_ADMIN), make device nodes for
+#: the host's disks (MKNOD), write raw devices or kernel memory (SYS_RAWIO), load modules,
+#: reconfigure the host's network (NET_ADMIN), open files by handle outside its root
+#: (DAC_READ_SEARCH), set the clock, reboot, or change audit, MAC, BPF or perf settings.
+DROPPED_CAPS = {
+    "DAC_READ_SEARCH": 2,
+    "LINUX_IMMUTABLE": 9,
+    "NET_ADMIN": 12,
+    "SYS_MODULE": 16,
+    "SYS_RAWIO": 17,
+    "SYS_PACCT": 20,
+    "SYS_ADMIN": 21,
+    "SYS_BOOT": 22,
+    "SYS_TIME": 25,
+    "SYS_TTY_CONFIG": 26,
+    "MKNOD": 27,
+    "AUDIT_CONTROL": 30,
+    "MAC_OVERRIDE": 32,
+    "MAC_ADMIN": 33,
+    "SYSLOG": 34,
+    "WAKE_ALARM": 35,
+    "BLOCK_SUSPEND": 36,
+    "PERFMON": 38,
+    "BPF": 39,
+    "CHECKPOINT_RESTORE": 40,
+}
 
 _libc: Any = None
 
@@ -89,10 +141,73 @@ def mount(src: str, dst: str, fstype: str | None, flags: int, data: str | None =
 
 
 def bind(src: str, dst: str, readonly: bool = False) -> None:
-    """Bind ``src`` (recursively) onto ``dst``, optionally read-only."""
+    """Bind ``src`` (recursively) onto ``dst``; with ``readonly``, every mount of it read-only."""
     mount(src, dst, None, MS_BIND | MS_REC)
     if readonly:
-        mount("none", dst, None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC)
+        make_readonly(dst)
+
+
+def _unescape(field: str) -> str:
+    """A path from ``/proc/self/mountinfo`` (spaces and the like are octal escapes there)."""
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
+            out.append(chr(int(field[i + 1 : i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def mounts_below(path: str) -> list[tuple[str, set[str]]]:
+    """(mount point, per-mount options) of the mount at ``path`` and every mount below it."""
+    out = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            point = _unescape(fields[4])
+            if point == path or point.startswith(path.rstrip("/") + "/"):
+                out.append((point, set(fields[5].split(","))))
+    return out
+
+
+def make_readonly(path: str) -> None:
+    """Make the mount at ``path`` and every mount below it read-only; OSError if impossible.
+
+    ``MS_REMOUNT | MS_BIND | MS_RDONLY`` changes one mount only (``MS_REC`` is ignored there), so
+    this uses ``mount_setattr(AT_RECURSIVE)`` and, on kernels without it, remounts each mount of
+    the tree in turn, keeping its other per-mount flags (clearing a locked one would fail).
+    """
+    attr = (ctypes.c_uint64 * 4)(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    rc = libc().syscall(
+        ctypes.c_long(SYS_MOUNT_SETATTR),
+        ctypes.c_int(-100),  # AT_FDCWD; the path is absolute anyway
+        path.encode(),
+        ctypes.c_uint(AT_RECURSIVE),
+        ctypes.byref(attr),
+        ctypes.c_size_t(ctypes.sizeof(attr)),
+    )
+    if rc == 0:
+        return
+    names = {
+        "nosuid": MS_NOSUID,
+        "nodev": MS_NODEV,
+        "noexec": MS_NOEXEC,
+        "noatime": MS_NOATIME,
+        "nodiratime": MS_NODIRATIME,
+        "relatime": MS_RELATIME,
+        "strictatime": MS_STRICTATIME,
+    }
+    for point, options in mounts_below(path):
+        flags = MS_BIND | MS_REMOUNT | MS_RDONLY
+        for name, flag in names.items():
+            if name in options:
+                flags |= flag
+        mount("none", point, None, flags)
+    for point, options in mounts_below(path):
+        if "ro" not in options:
+            raise OSError(f"{point} is still writable")
 
 
 def make_mountpoint(src: str, dst: str) -> bool:
@@ -133,39 +248,95 @@ def bring_up_loopback() -> None:
         fcntl.ioctl(s, 0x8914, struct.pack("16sh", b"lo", flags | 1))
 
 
+def setup_dev(dev: str) -> None:
+    """A private ``/dev``: a few host devices, a fresh ``/dev/pts`` and a private ``/dev/shm``.
+
+    The host's own ``/dev`` is not bound in: through it a command could delete the host's device
+    nodes or write its disks.
+    """
+    os.makedirs(dev, exist_ok=True)
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=755,size=1m")
+    for name in DEVICES:
+        src = "/dev/" + name
+        if os.path.exists(src) and make_mountpoint(src, f"{dev}/{name}"):
+            bind(src, f"{dev}/{name}")
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("ptmx", "pts/ptmx"),
+    ):
+        os.symlink(target, f"{dev}/{name}")
+    os.mkdir(f"{dev}/pts")
+    with contextlib.suppress(OSError):  # no pseudo-terminals is acceptable, a shared host one not
+        mount("devpts", f"{dev}/pts", "devpts", MS_NOSUID | MS_NOEXEC, "newinstance,ptmxmode=0666")
+    os.mkdir(f"{dev}/shm")
+    mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def setup_proc(proc: str) -> None:
+    """A fresh ``/proc`` for the PID namespace, its host-wide knobs read-only."""
+    os.makedirs(proc, exist_ok=True)
+    mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for name in PROC_READONLY:
+        path = f"{proc}/{name}"
+        if os.path.exists(path):
+            bind(path, path, readonly=True)
+
+
+def drop_capabilities() -> None:
+    """Remove :data:`DROPPED_CAPS` from the bounding set: every command started later lacks them.
+
+    The agent keeps its own capabilities (the bounding set only limits what ``execve`` grants).
+    """
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 40
+    for cap in DROPPED_CAPS.values():
+        if cap <= last:
+            check(libc().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
+
+
 def setup_namespace(cfg: dict[str, Any]) -> None:
     """Build the sandbox's private root inside the fresh mount namespace and pivot into it."""
     new_root = cfg["rootfs"]
     dirs: dict[str, str] = cfg["dirs"]
     mount("none", "/", None, MS_REC | MS_PRIVATE)
     mount("tmpfs", new_root, "tmpfs", MS_NOSUID, "mode=755")
-    skip = {"proc", "tmp", "root", "home", "workspace", "lost+found"}
+    # Unbindable: the recursive binds of the host's directories below (/var holds new_root)
+    # leave new_root and everything mounted under it out instead of copying it again each time.
+    mount("none", new_root, None, MS_UNBINDABLE)
     for name in sorted(os.listdir("/")):
         src = "/" + name
         dst = os.path.join(new_root, name)
-        if name in skip:
+        if name in NOT_BOUND:
             continue
         if os.path.islink(src):
             os.symlink(os.readlink(src), dst)
         elif make_mountpoint(src, dst):
-            # An entry that cannot be bound (e.g. a special file) is simply left out.
-            with contextlib.suppress(OSError):
-                bind(src, dst)
+            try:
+                mount(src, dst, None, MS_BIND | MS_REC)
+            except OSError:
+                continue  # an entry that cannot be bound (e.g. a special file) is left out
+            make_readonly(dst)  # bound, so it must be read-only: a failure fails the sandbox
     for inner in PRIVATE_DIRS:
         dst = new_root + inner
         os.makedirs(dst, exist_ok=True)
         bind(dirs[inner], dst)
     os.chmod(new_root + "/tmp", 0o1777)
+    setup_dev(new_root + "/dev")
     # Host paths the sandbox needs (the Python installation, the templates) that happen to lie
-    # under a private directory are bound back in, read-only, at the same path.
+    # under a private directory or /dev are bound back in, read-only, at the same path.
+    tops = {new_root + d for d in (*PRIVATE_DIRS, "/dev", "/dev/shm")}
     for path in cfg.get("keep", []):
         dst = new_root + path
         if make_mountpoint(path, dst):
             bind(path, dst, readonly=True)
             parent = os.path.dirname(dst)
-            while parent.startswith(new_root + "/") and parent not in (
-                new_root + d for d in PRIVATE_DIRS
-            ):
+            while parent.startswith(new_root + "/") and parent not in tops:
                 os.chmod(parent, 0o755)
                 parent = os.path.dirname(parent)
     # Files replaced inside the sandbox (an /etc/passwd that knows the "user" account).
@@ -176,15 +347,18 @@ def setup_namespace(cfg: dict[str, Any]) -> None:
     for path in cfg.get("hide", []):
         if os.path.isdir(new_root + path):
             mount("tmpfs", new_root + path, "tmpfs", MS_RDONLY | MS_NOSUID, "mode=755")
-    os.makedirs(new_root + "/proc", exist_ok=True)
-    mount("proc", new_root + "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    setup_proc(new_root + "/proc")
     pivot_into(new_root)
+    # The root itself (the tmpfs holding the mount points) is read-only too: "/x" fails as on a
+    # read-only host directory instead of landing in memory.
+    mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     if cfg.get("hostname"):
         with contextlib.suppress(OSError):
             socket.sethostname(cfg["hostname"])
     if cfg.get("net"):
         with contextlib.suppress(OSError):
             bring_up_loopback()
+    drop_capabilities()
 
 
 def read_proc_stat(pid: int) -> tuple[int, int, str] | None:

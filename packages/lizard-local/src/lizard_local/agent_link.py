@@ -6,6 +6,11 @@ and resolves replies and exit reports to futures. ``exec`` returns the command's
 ends of its stdout and stderr pipes and a future for its exit code, registered before any exit
 report can be dispatched. :meth:`AgentLink.stop` returns only when every process of the sandbox
 is gone: in namespace mode that is when the namespace's PID 1 has been reaped.
+
+In namespace mode the server reaches the sandbox's files through ``/proc/<agent>/root``. Start-up
+fails unless that agent is found and its root is not the host's, and :attr:`AgentLink.root_id`
+records the root's identity so that a recycled pid can never lead file operations to another
+process's root (see :meth:`lizard_local.sandboxes.Sandbox.open_root`).
 """
 
 from __future__ import annotations
@@ -85,6 +90,22 @@ def _spawn(argv: list[str], env: dict[str, str], log_path: str, fd: int) -> subp
         )
 
 
+def _find_namespace_root(unshare_pid: int) -> tuple[int, tuple[int, int]]:
+    """The agent's host pid (the one child of ``unshare``) and the identity of its root.
+
+    Fails rather than fall back to ``unshare``'s own pid: that process lives in the host's mount
+    namespace, and file operations through its root would act on the host's files.
+    """
+    children = procscan.children_of(unshare_pid)
+    if len(children) != 1:
+        raise OSError(f"expected one agent under unshare {unshare_pid}, found {children}")
+    st = os.stat(f"/proc/{children[0]}/root")
+    host = os.stat("/")
+    if (st.st_dev, st.st_ino) == (host.st_dev, host.st_ino):
+        raise OSError("the sandbox's root is the host's root")
+    return children[0], (st.st_dev, st.st_ino)
+
+
 def _log_tail(log_path: str) -> str:
     try:
         return Path(log_path).read_bytes()[-2000:].decode("utf-8", "replace")
@@ -117,6 +138,8 @@ class AgentLink:
         self.ready: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self.closed: asyncio.Future[None] = self._loop.create_future()
         self.agent_pid = proc.pid  # host pid of the agent itself (found after ready in ns mode)
+        #: (st_dev, st_ino) of the sandbox's root directory in namespace mode.
+        self.root_id: tuple[int, int] | None = None
         self._loop.add_reader(sock.fileno(), self._on_readable)
 
     # --- start and stop -----------------------------------------------------------------------
@@ -162,9 +185,12 @@ class AgentLink:
             await link.stop(force=True)
             raise AgentError("start", f"sandbox agent failed: {first.get('message')}")
         if namespace:
-            child = await asyncio.to_thread(procscan.children_of, proc.pid)
-            if child:
-                link.agent_pid = child[0]
+            try:
+                found = await asyncio.to_thread(_find_namespace_root, proc.pid)
+                link.agent_pid, link.root_id = found
+            except OSError as exc:
+                await link.stop(force=True)
+                raise AgentError("start", f"sandbox agent failed: {exc}") from exc
         return link
 
     async def stop(self, force: bool = False, limit_s: float = 5.0) -> None:

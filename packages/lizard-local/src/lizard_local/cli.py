@@ -4,12 +4,18 @@
 prints ``export LIZARD_API_URL=...``, ``export LIZARD_API_KEY=...`` and
 ``export LIZARD_PROJECT_ID=...`` lines (plus ``export SSL_CERT_FILE=...`` with ``--tls``), then
 serves until interrupted; every sandbox is killed on exit.
+
+The key is random unless given: ``--api-key-fd N`` reads it from file descriptor N (what
+:class:`~lizard_local.LocalServer` uses: nothing in ``/proc`` shows it), else ``--api-key``, else
+``LIZARD_LOCAL_API_KEY``. Those two are readable through ``/proc/<pid>/cmdline`` and
+``/proc/<pid>/environ`` by processes of the same user, host-mode sandbox commands included.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 __all__ = ["main"]
@@ -29,7 +35,17 @@ def _parser() -> argparse.ArgumentParser:
         "--latency-ms", type=float, default=0, help="latency added to every API response"
     )
     serve.add_argument(
-        "--api-key", default=None, help="the accepted key (default: LIZARD_LOCAL_API_KEY or random)"
+        "--api-key",
+        default=None,
+        help="the accepted key (default: LIZARD_LOCAL_API_KEY or random); visible in the "
+        "process list, so prefer --api-key-fd",
+    )
+    serve.add_argument(
+        "--api-key-fd",
+        type=int,
+        default=None,
+        metavar="FD",
+        help="read the key from this file descriptor (up to end of file), then close it",
     )
     serve.add_argument("--project-id", default="proj_local", help="the one project's id")
     serve.add_argument(
@@ -56,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.latency_ms < 0:
         print("lizard-local: --latency-ms must not be negative", file=sys.stderr)
         return 2
+    api_key = args.api_key
+    if args.api_key_fd is not None:
+        try:
+            api_key = _read_key(args.api_key_fd)
+        except (OSError, ValueError) as exc:
+            print(f"lizard-local: --api-key-fd: {exc}", file=sys.stderr)
+            return 2
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="lizard-local %(levelname)s %(message)s",
@@ -66,9 +89,18 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         tls=args.tls,
         latency_ms=args.latency_ms,
-        api_key=args.api_key,
+        api_key=api_key,
         project_id=args.project_id,
         isolation=args.isolation,
         exit_on_stdin_eof=args.exit_on_stdin_eof,
     )
     return 0
+
+
+def _read_key(fd: int) -> str:
+    """The key written to ``fd`` (surrounding whitespace dropped); ValueError when empty."""
+    with os.fdopen(fd, "rb") as f:
+        key = f.read(4096).decode().strip()
+    if not key:
+        raise ValueError("no key was written to the descriptor")
+    return key

@@ -1,26 +1,39 @@
 """File operations on a sandbox's filesystem (E16–E21).
 
-Paths are absolute paths as the sandbox sees them. In namespace mode they are reached through
-``/proc/<agent>/root`` with symbolic links resolved inside the sandbox's root (an absolute link
-target means the sandbox's ``/``, never the host's). In host mode they are host paths.
+Paths are absolute paths as the sandbox sees them, resolved from a descriptor of the sandbox's
+root (:meth:`~lizard_local.sandboxes.Sandbox.open_root`) with :mod:`lizard_local.in_root`: in
+namespace mode every symbolic link and ``..`` stays inside the sandbox (an absolute link target
+means the sandbox's ``/``, never the host's), even while the sandbox changes the tree. Entries are
+then acted on through the descriptor of their directory (``unlinkat``, ``renameat``...), never
+by a path the sandbox could redirect. In namespace mode only the sandbox's private directories
+are writable; a change anywhere else is a 400 ``READ_ONLY``.
+
+In host mode paths are the host's own. Delete and move (source and destination) then refuse, with
+a 400 ``OUTSIDE_SANDBOX``, anything that is not strictly inside one of the sandbox's own
+directories (its ``HOME``, ``TMPDIR``...): an absolute path such as ``/tmp/x`` is the host's.
+Writes and reads are not restricted there (nor are commands): host mode protects nothing.
 
 Semantics: write creates parent directories, overwrites and stores the bytes exactly (mode 0644
 for a new file, owned by ``user`` when given); read returns the raw bytes (404 missing, 400 for a
-directory); delete removes a file, link or whole directory (404 missing); list is one level,
-sorted by name; stat does not follow a final symlink; move creates the destination's parents.
+directory or anything but a regular file); delete removes a file, link or whole directory (404
+missing, 400 for ``/`` or a path ending in ``..``); list is one level, sorted by name; stat does
+not follow a final symlink; move creates the destination's parents and works across mounts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import grp
 import os
 import pwd
+import secrets
 import shutil
 import stat as stat_mod
 from datetime import UTC, datetime
 from typing import Any
 
+from lizard_local import in_root
 from lizard_local.http import ApiError
 from lizard_local.isolation import UserAccount
 from lizard_local.sandboxes import Sandbox
@@ -32,13 +45,12 @@ __all__ = [
     "move_path",
     "read_file",
     "require_abs",
-    "resolve",
     "stat_path",
     "write_file",
 ]
 
-_MAX_LINKS = 40
 _NAMES = {0: "root", 1000: "user"}
+_DIR_PATH = os.O_PATH | os.O_DIRECTORY
 
 
 def require_abs(path: Any, name: str = "path") -> str:
@@ -54,43 +66,13 @@ def require_abs(path: Any, name: str = "path") -> str:
 
 def _normalize(path: str) -> str:
     parts: list[str] = []
-    for part in path.split("/"):
-        if part in ("", "."):
-            continue
+    for part in in_root.components(path):
         if part == "..":
             if parts:
                 parts.pop()
             continue
         parts.append(part)
     return "/" + "/".join(parts)
-
-
-def resolve(sb: Sandbox, path: str, *, follow_last: bool = True) -> str:
-    """The host path for sandbox ``path``, following links inside the sandbox's root."""
-    root = sb.fs_root()
-    if not root:
-        return _normalize(path)
-    pending = [p for p in path.split("/") if p not in ("", ".")]
-    done: list[str] = []
-    hops = 0
-    while pending:
-        name = pending.pop(0)
-        if name == "..":
-            if done:
-                done.pop()
-            continue
-        host = root + "/" + "/".join([*done, name])
-        if (pending or follow_last) and os.path.islink(host):
-            hops += 1
-            if hops > _MAX_LINKS:
-                raise OSError(errno.ELOOP, "Too many levels of symbolic links", path)
-            target = os.readlink(host)
-            if target.startswith("/"):
-                done = []
-            pending = [p for p in target.split("/") if p not in ("", ".")] + pending
-            continue
-        done.append(name)
-    return root + "/" + "/".join(done)
 
 
 def os_error(exc: OSError, path: str) -> ApiError:
@@ -101,7 +83,11 @@ def os_error(exc: OSError, path: str) -> ApiError:
         return ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
     if exc.errno == errno.ENOTDIR:
         return ApiError(400, f"Not a directory: {path}", "NOT_A_DIRECTORY")
-    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+    if exc.errno == errno.ENXIO:  # opening a FIFO without a reader, or a socket
+        return ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
+    if exc.errno == errno.EROFS:
+        return ApiError(400, f"Read-only file system: {path}", "READ_ONLY")
+    if exc.errno in (errno.EACCES, errno.EPERM):
         return ApiError(400, f"Permission denied: {path}", "PERMISSION_DENIED")
     return ApiError(400, f"{exc.strerror or exc}: {path}", "FILE_ERROR")
 
@@ -124,9 +110,12 @@ def _group(gid: int) -> str:
         return str(gid)
 
 
-def file_info(name: str, path: str, host: str) -> dict[str, Any]:
-    """The FileInfo object for one entry (lstat: a link is a ``symlink``)."""
-    st = os.lstat(host)
+def file_info(name: str, path: str, dir_fd: int, entry: str) -> dict[str, Any]:
+    """The FileInfo object for ``entry`` of directory ``dir_fd`` (lstat: a link is a ``symlink``).
+
+    ``name`` and ``path`` are what the answer shows; ``entry`` ``"."`` is the directory itself.
+    """
+    st = os.lstat(entry, dir_fd=dir_fd)
     if stat_mod.S_ISLNK(st.st_mode):
         kind = "symlink"
     elif stat_mod.S_ISDIR(st.st_mode):
@@ -147,127 +136,311 @@ def file_info(name: str, path: str, host: str) -> dict[str, Any]:
         "group": _group(st.st_gid),
     }
     if kind == "symlink":
-        info["symlinkTarget"] = os.readlink(host)
+        info["symlinkTarget"] = os.readlink(entry, dir_fd=dir_fd)
     return info
 
 
-def _chown(host: str, account: UserAccount | None) -> None:
+def _last_entry(path: str, name: str = "path") -> None:
+    """400 unless ``path`` names an entry that can be deleted or moved."""
+    names = in_root.components(path)
+    if not names:
+        raise ApiError(400, f"Refusing to change /: {name} {path!r}", "INVALID_PATH")
+    if names[-1] == "..":
+        raise ApiError(400, f"{name} must not end in '..': {path!r}", "INVALID_PATH")
+
+
+def _require_own(sb: Sandbox, dir_fd: int, entry: str, path: str) -> None:
+    """Host mode: 400 unless ``entry`` of ``dir_fd`` is strictly inside the sandbox's own dirs."""
+    if sb.namespace:
+        return
+    where = os.readlink(f"/proc/self/fd/{dir_fd}")  # the directory's real path, now
+    _require_own_path(sb, os.path.join(where, entry), path)
+
+
+def _require_own_path(sb: Sandbox, real: str, path: str) -> None:
+    if not any(real.startswith(d + "/") for d in sb.own_dirs()):
+        raise ApiError(
+            400,
+            f"Refusing to change {path}: in host isolation mode only paths inside the sandbox's "
+            "own directories (its HOME, TMPDIR and working directory) can be deleted or moved",
+            "OUTSIDE_SANDBOX",
+        )
+
+
+def _chown(name: str, dir_fd: int, account: UserAccount | None) -> None:
     if account is not None and os.geteuid() == 0:
-        os.chown(host, account.uid, account.gid, follow_symlinks=False)
+        os.chown(name, account.uid, account.gid, dir_fd=dir_fd, follow_symlinks=False)
 
 
-def _makedirs(sb: Sandbox, path: str, account: UserAccount | None) -> None:
-    """Create sandbox directory ``path`` and its missing parents, owned by ``account``."""
-    missing: list[str] = []
-    current = path
-    while current != "/":
-        host = resolve(sb, current)
-        if os.path.isdir(host):
-            break
-        if os.path.lexists(host):
-            raise ApiError(400, f"Not a directory: {current}", "NOT_A_DIRECTORY")
-        missing.append(current)
-        current = os.path.dirname(current)
-    for p in reversed(missing):
-        host = resolve(sb, p)
-        os.mkdir(host, 0o755)
-        _chown(host, account)
+def _makedirs(root: int, path: str, account: UserAccount | None) -> None:
+    """Create directory ``path`` (lexically normalized) and its missing parents."""
+    try:
+        os.close(in_root.open_in(root, path, _DIR_PATH))
+        return  # the common case: it is there
+    except FileNotFoundError:
+        pass
+    except NotADirectoryError as exc:
+        raise ApiError(400, f"Not a directory: {path}", "NOT_A_DIRECTORY") from exc
+    names = in_root.components(path)
+    for i in range(1, len(names) + 1):
+        here = "/" + "/".join(names[:i])
+        try:
+            os.close(in_root.open_in(root, here, _DIR_PATH))
+            continue
+        except FileNotFoundError:
+            pass
+        except NotADirectoryError as exc:
+            raise ApiError(400, f"Not a directory: {here}", "NOT_A_DIRECTORY") from exc
+        parent = in_root.open_in(root, "/".join(names[: i - 1]), _DIR_PATH)
+        try:
+            os.mkdir(names[i - 1], 0o755, dir_fd=parent)
+            _chown(names[i - 1], parent, account)
+        except FileExistsError as exc:
+            # Made by someone else meanwhile (fine), or a dangling link (not a directory).
+            try:
+                os.close(in_root.open_in(root, here, _DIR_PATH))
+            except OSError:
+                raise ApiError(400, f"Not a directory: {here}", "NOT_A_DIRECTORY") from exc
+        finally:
+            os.close(parent)
 
 
 def write_file(sb: Sandbox, path: str, data: bytes, account: UserAccount | None) -> None:
     """Create or overwrite ``path`` with ``data``."""
+    root = sb.open_root()
     try:
-        _makedirs(sb, os.path.dirname(_normalize(path)), account)
-        host = resolve(sb, path)
-        if os.path.isdir(host):
-            raise ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
-        # Write, then cut to length: truncating to zero first makes ext4 flush the file to disk
-        # on close (its replace-via-truncate heuristic), which costs a millisecond per write.
-        fd = os.open(host, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        _makedirs(root, os.path.dirname(_normalize(path)), account)
+        # O_NONBLOCK: a FIFO with no reader must not hang the server; only regular files pass.
+        fd = in_root.open_in(root, path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
         try:
+            if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
+                raise ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
+            # Write, then cut to length: truncating to zero first makes ext4 flush the file to
+            # disk on close (its replace-via-truncate heuristic): a millisecond per write.
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if stat_mod.S_ISREG(os.fstat(fd).st_mode):
-                os.ftruncate(fd, len(data))
+            os.ftruncate(fd, len(data))
             if account is not None and os.geteuid() == 0:
                 os.fchown(fd, account.uid, account.gid)
         finally:
             os.close(fd)
     except OSError as exc:
         raise os_error(exc, path) from exc
+    finally:
+        os.close(root)
 
 
 def read_file(sb: Sandbox, path: str) -> bytes:
     """The bytes of ``path``."""
+    root = sb.open_root()
     try:
-        host = resolve(sb, path)
-        if os.path.isdir(host):
-            raise ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
-        with open(host, "rb") as f:
-            return f.read()
+        fd = in_root.open_in(root, path, os.O_RDONLY | os.O_NONBLOCK)
+        try:
+            mode = os.fstat(fd).st_mode
+            if stat_mod.S_ISDIR(mode):
+                raise ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
+            if not stat_mod.S_ISREG(mode):
+                raise ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
+            chunks = []
+            while chunk := os.read(fd, 1 << 20):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise os_error(exc, path) from exc
+    finally:
+        os.close(root)
+
+
+def _remove_entry(dir_fd: int, name: str) -> None:
+    """Remove a file, link (itself) or directory tree (no link inside it is followed)."""
+    if stat_mod.S_ISDIR(os.lstat(name, dir_fd=dir_fd).st_mode):
+        shutil.rmtree(name, dir_fd=dir_fd)
+    else:
+        os.unlink(name, dir_fd=dir_fd)
 
 
 def delete_path(sb: Sandbox, path: str) -> None:
     """Remove a file, link or directory tree."""
-    if _normalize(path) == "/":
-        raise ApiError(400, "Refusing to delete /", "INVALID_PATH")
+    _last_entry(path)
+    root = sb.open_root()
     try:
-        host = resolve(sb, path, follow_last=False)
-        st = os.lstat(host)
-        if stat_mod.S_ISDIR(st.st_mode):
-            shutil.rmtree(host)
-        else:
-            os.unlink(host)
+        parent, name = in_root.open_parent(root, path)
+        try:
+            _require_own(sb, parent, name, path)
+            _remove_entry(parent, name)
+        finally:
+            os.close(parent)
     except OSError as exc:
         raise os_error(exc, path) from exc
+    finally:
+        os.close(root)
 
 
 def list_dir(sb: Sandbox, path: str) -> list[dict[str, Any]]:
     """FileInfo of each entry of directory ``path`` (one level)."""
+    root = sb.open_root()
     try:
-        host = resolve(sb, path)
-        if not os.path.isdir(host):
-            if os.path.lexists(host):
-                raise ApiError(400, f"Not a directory: {path}", "NOT_A_DIRECTORY")
-            raise ApiError(404, f"No such file or directory: {path}", "FILE_NOT_FOUND")
-        base = _normalize(path).rstrip("/")
-        out = []
-        for name in sorted(os.listdir(host)):
-            try:
-                out.append(file_info(name, f"{base}/{name}", os.path.join(host, name)))
-            except FileNotFoundError:
-                continue  # removed while listing
-        return out
+        fd = in_root.open_in(root, path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            base = _normalize(path).rstrip("/")
+            out = []
+            for name in sorted(os.listdir(fd)):
+                try:
+                    out.append(file_info(name, f"{base}/{name}", fd, name))
+                except FileNotFoundError:
+                    continue  # removed while listing
+            return out
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise os_error(exc, path) from exc
+    finally:
+        os.close(root)
 
 
 def stat_path(sb: Sandbox, path: str) -> dict[str, Any]:
     """FileInfo of ``path`` itself."""
     norm = _normalize(path)
+    shown = os.path.basename(norm) or "/"
+    names = in_root.components(path)
+    root = sb.open_root()
     try:
-        host = resolve(sb, path, follow_last=False)
-        return file_info(os.path.basename(norm) or "/", norm, host)
+        if not names:
+            return file_info(shown, norm, root, ".")
+        if names[-1] == "..":  # a directory, never a link: following it changes nothing
+            fd = in_root.open_in(root, path, _DIR_PATH)
+            entry = "."
+        else:
+            fd, entry = in_root.open_parent(root, path)
+        try:
+            return file_info(shown, norm, fd, entry)
+        finally:
+            os.close(fd)
     except OSError as exc:
         raise os_error(exc, path) from exc
+    finally:
+        os.close(root)
 
 
 def move_path(sb: Sandbox, src: str, dst: str, account: UserAccount | None) -> None:
     """Rename ``src`` to ``dst``, creating the destination's parents."""
+    _last_entry(src, "from")
+    _last_entry(dst, "to")
+    root = sb.open_root()
     try:
-        host_src = resolve(sb, src, follow_last=False)
-        if not os.path.lexists(host_src):
-            raise ApiError(404, f"No such file or directory: {src}", "FILE_NOT_FOUND")
-        _makedirs(sb, os.path.dirname(_normalize(dst)), account)
-        host_dst = resolve(sb, dst, follow_last=False)
         try:
-            os.replace(host_src, host_dst)
+            src_dir, src_name = in_root.open_parent(root, src)
         except OSError as exc:
-            if exc.errno != errno.EXDEV:
-                raise
-            shutil.move(host_src, host_dst)  # across private mounts (e.g. /tmp -> /workspace)
+            raise os_error(exc, src) from exc
+        try:
+            try:
+                os.lstat(src_name, dir_fd=src_dir)
+            except OSError as exc:
+                raise os_error(exc, src) from exc
+            _require_own(sb, src_dir, src_name, src)
+            if not sb.namespace:  # checked before its parents are made, and again after
+                _require_own_path(sb, os.path.realpath(_normalize(dst)), dst)
+            _makedirs(root, os.path.dirname(_normalize(dst)), account)
+            dst_dir, dst_name = in_root.open_parent(root, dst)
+            try:
+                _require_own(sb, dst_dir, dst_name, dst)
+                try:
+                    os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+                except OSError as exc:
+                    if exc.errno != errno.EXDEV:
+                        raise
+                    _move_across(src_dir, src_name, dst_dir, dst_name)
+            finally:
+                os.close(dst_dir)
+        finally:
+            os.close(src_dir)
     except OSError as exc:
         raise os_error(exc, dst) from exc
+    finally:
+        os.close(root)
+
+
+def _move_across(src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> None:
+    """Move between file systems (e.g. ``/tmp`` -> ``/workspace``): copy, rename, remove.
+
+    The copy lands under a temporary name beside the destination and is renamed over it, so
+    the outcome (replace a file, refuse a non-empty directory...) is that of ``rename``.
+    """
+    temporary = f".lizard-move-{secrets.token_hex(8)}"
+    try:
+        _copy_entry(src_dir, src_name, dst_dir, temporary)
+        os.rename(temporary, dst_name, src_dir_fd=dst_dir, dst_dir_fd=dst_dir)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            _remove_entry(dst_dir, temporary)
+        raise
+    _remove_entry(src_dir, src_name)
+
+
+def _copy_entry(src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> None:
+    """Copy one entry (recursively) between directories given by descriptor; links as links.
+
+    Every step goes through a directory descriptor with ``O_NOFOLLOW``/``O_EXCL``, and metadata
+    is set through the new entry's own descriptor, so nothing the sandbox changes meanwhile can
+    make the copy read or write outside the two trees.
+    """
+    st = os.lstat(src_name, dir_fd=src_dir)
+    mode = st.st_mode
+    if stat_mod.S_ISLNK(mode):
+        os.symlink(os.readlink(src_name, dir_fd=src_dir), dst_name, dir_fd=dst_dir)
+    elif stat_mod.S_ISFIFO(mode):
+        os.mkfifo(dst_name, stat_mod.S_IMODE(mode), dir_fd=dst_dir)
+    elif stat_mod.S_ISDIR(mode):
+        os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
+        nofollow = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        source = os.open(src_name, nofollow, dir_fd=src_dir)
+        try:
+            target = os.open(dst_name, nofollow, dir_fd=dst_dir)
+            try:
+                for child in os.listdir(source):
+                    _copy_entry(source, child, target, child)
+                _copy_metadata(target, st)
+            finally:
+                os.close(target)
+        finally:
+            os.close(source)
+        return
+    elif stat_mod.S_ISREG(mode):
+        source = os.open(
+            src_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir
+        )
+        try:
+            target = os.open(
+                dst_name,
+                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                0o600,
+                dir_fd=dst_dir,
+            )
+            try:
+                while chunk := os.read(source, 1 << 20):
+                    view = memoryview(chunk)
+                    while view:
+                        view = view[os.write(target, view) :]
+                _copy_metadata(target, st)
+            finally:
+                os.close(target)
+        finally:
+            os.close(source)
+        return
+    else:
+        raise OSError(errno.EINVAL, "cannot move a device or socket to another file system")
+    # A link or a FIFO: no descriptor to work through, so never follow the new entry.
+    if os.geteuid() == 0:
+        os.chown(dst_name, st.st_uid, st.st_gid, dir_fd=dst_dir, follow_symlinks=False)
+    os.utime(dst_name, ns=(st.st_atime_ns, st.st_mtime_ns), dir_fd=dst_dir, follow_symlinks=False)
+
+
+def _copy_metadata(fd: int, st: os.stat_result) -> None:
+    """Mode, owner (as root) and times of ``st`` onto the open file ``fd``."""
+    if os.geteuid() == 0:
+        os.fchown(fd, st.st_uid, st.st_gid)
+    os.fchmod(fd, stat_mod.S_IMODE(st.st_mode))  # after chown, which may clear set-id bits
+    os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -5,13 +5,18 @@ Two modes:
 ``namespace``
     Root on Linux with ``unshare``: every sandbox gets a long-lived mount + PID + UTS namespace
     (plus a network namespace when created with ``internetAccess: false``). Its ``/tmp``, ``/root``,
-    ``/home/user`` and ``/workspace`` are private directories; the rest of the host filesystem is
-    bound in as it is. Processes see only their own sandbox's processes.
+    ``/home/user`` and ``/workspace`` are private directories, and so are ``/dev`` and
+    ``/dev/shm``; the rest of the host filesystem is bound in **read-only** (see
+    :mod:`lizard_local.agent`). Processes see only their own sandbox's processes.
 ``host``
     Everything else: commands run as host processes. ``HOME``, ``TMPDIR`` and the default working
     directory point at per-sandbox directories, and every process carries the sandbox marker;
     the SDK's code runner is pointed at a per-sandbox state directory. Absolute paths such as
-    ``/tmp/x`` are the host's own and are shared between sandboxes.
+    ``/tmp/x`` are the host's own and are shared between sandboxes, and a command can change or
+    delete any host file its user may: this mode protects nothing.
+
+``auto`` picks namespace mode whenever it works. As root on Linux it falls back to host mode only
+with a warning on stderr, because then every absolute path a sandbox touches is the host's.
 
 Templates are tiny virtual environments built at start-up (a ``pyvenv.cfg`` and a ``python3``
 link, no copying): ``base`` is the host's base Python with no site-packages, so Jupyter is absent
@@ -43,6 +48,9 @@ __all__ = [
 ]
 
 PRIVATE_DIRS = ("/tmp", "/root", "/home/user", "/workspace")
+#: Host paths a namespace sandbox does not see as they are: its private directories, and ``/dev``
+#: (replaced by a private one).
+REPLACED_DIRS = (*PRIVATE_DIRS, "/dev")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -98,19 +106,27 @@ class Isolation:
         return os.geteuid() == 0
 
 
-def _probe_namespaces() -> bool:
-    if not sys.platform.startswith("linux") or os.geteuid() != 0 or not shutil.which("unshare"):
-        return False
+def _could_use_namespaces() -> bool:
+    return sys.platform.startswith("linux") and os.geteuid() == 0 and bool(shutil.which("unshare"))
+
+
+def _probe_namespaces() -> str | None:
+    """None when ``unshare`` works, else why not."""
+    if not _could_use_namespaces():
+        return "namespace isolation needs root on Linux and `unshare`"
     try:
         probe = subprocess.run(
             ["unshare", "--mount", "--pid", "--uts", "--fork", "--kill-child", "true"],
             capture_output=True,
-            timeout=10,
+            timeout=30,  # generous: a busy machine must not silently downgrade the isolation
             check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")},
         )
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return probe.returncode == 0
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"`unshare` failed: {exc}"
+    if probe.returncode != 0:
+        return f"`unshare` failed: {probe.stderr.decode(errors='replace').strip()}"
+    return None
 
 
 def detect_mode(requested: str = "auto") -> str:
@@ -119,10 +135,21 @@ def detect_mode(requested: str = "auto") -> str:
         raise ValueError(f"isolation must be auto, namespace or host, not {requested!r}")
     if requested == "host":
         return "host"
-    ok = _probe_namespaces()
-    if requested == "namespace" and not ok:
-        raise RuntimeError("namespace isolation needs root on Linux and a working `unshare`")
-    return "namespace" if ok else "host"
+    problem = _probe_namespaces()
+    if problem is None:
+        return "namespace"
+    if requested == "namespace":
+        raise RuntimeError(problem)
+    if _could_use_namespaces():
+        # Root, yet namespaces failed: host mode would let sandboxes write the host's /tmp, /root
+        # and everything else as root. Say so loudly rather than degrade in silence.
+        print(
+            f"lizard-local: WARNING: {problem}; falling back to host isolation, in which "
+            "sandbox commands run as host processes and absolute paths are the host's own",
+            file=sys.stderr,
+            flush=True,
+        )
+    return "host"
 
 
 def _has_jupyter() -> bool:
@@ -173,11 +200,11 @@ def build_templates(state_dir: Path) -> dict[str, Template]:
 
 
 def _under_private(path: str) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in PRIVATE_DIRS)
+    return any(path == d or path.startswith(d + "/") for d in REPLACED_DIRS)
 
 
 def keep_paths(state_dir: Path) -> list[str]:
-    """Host paths under a private directory that sandboxes still need (read-only)."""
+    """Host paths under a replaced directory that sandboxes still need (bound in read-only)."""
     candidates = {
         os.path.realpath(sys.base_prefix),
         os.path.realpath(sys.prefix),
@@ -186,7 +213,7 @@ def keep_paths(state_dir: Path) -> list[str]:
         str(state_dir / "templates"),
         *(os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)),
     }
-    kept = sorted(p for p in candidates if _under_private(p) and p not in PRIVATE_DIRS)
+    kept = sorted(p for p in candidates if _under_private(p) and p not in REPLACED_DIRS)
     # Drop paths already covered by a kept parent.
     out: list[str] = []
     for p in kept:

@@ -4,6 +4,11 @@
 behaves like a remote service and cannot be starved by the caller's threads or blocked by its
 socket restrictions. The child watches its stdin: when this process dies, the server cleans up
 and exits too. Control methods talk to the documented ``/_local`` API.
+
+The API key never appears in the child's argv or environment (both are readable through
+``/proc`` by other processes of the same user, such as host-mode sandbox commands run as root):
+it travels through a pipe whose read end the child gets as ``--api-key-fd``, and the child's
+environment is this process's minus ``LIZARD_API_KEY`` and ``LIZARD_LOCAL_API_KEY``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ from typing import IO, Any
 from lizard_local import procscan
 
 __all__ = ["LocalServer", "LocalServerError"]
+
+
+#: Variables that may hold an API key: never passed on to the server process.
+_KEY_VARIABLES = frozenset({"LIZARD_API_KEY", "LIZARD_LOCAL_API_KEY"})
 
 
 class LocalServerError(RuntimeError):
@@ -83,8 +92,6 @@ class LocalServer:
             "serve",
             "--port",
             str(self.port),
-            "--api-key",
-            self._api_key,
             "--project-id",
             self._project_id,
             "--isolation",
@@ -96,13 +103,24 @@ class LocalServer:
         if self.latency_ms:
             argv += ["--latency-ms", str(self.latency_ms)]
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the server
-        self._proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=self._log,
-            start_new_session=True,  # Ctrl-C in a terminal reaches the server only through us
-        )
+        key_r, key_w = os.pipe()
+        try:
+            try:
+                os.write(key_w, self._api_key.encode() + b"\n")  # far below a pipe's buffer
+            finally:
+                os.close(key_w)
+            argv += ["--api-key-fd", str(key_r)]
+            self._proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._log,
+                pass_fds=[key_r],
+                env={k: v for k, v in os.environ.items() if k not in _KEY_VARIABLES},
+                start_new_session=True,  # Ctrl-C in a terminal reaches the server only through us
+            )
+        finally:
+            os.close(key_r)
         try:
             self._env = self._read_exports()
         except Exception:

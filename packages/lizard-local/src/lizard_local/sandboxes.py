@@ -18,7 +18,6 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -26,6 +25,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lizard_local.agent_link import AgentError, AgentLink
+from lizard_local.host_cleanup import remove_tree
 from lizard_local.http import ApiError
 from lizard_local.isolation import PRIVATE_DIRS, USERS, Isolation, Template, UserAccount
 
@@ -135,9 +135,29 @@ class Sandbox:
             return account.home
         return self.dirs[account.home]
 
-    def fs_root(self) -> str:
-        """Prefix that turns a sandbox path into a host path ("" in host mode)."""
-        return f"/proc/{self.link.agent_pid}/root" if self.namespace else ""
+    def open_root(self) -> int:
+        """An ``O_PATH`` descriptor of the sandbox's ``/`` (the host's in host mode); close it.
+
+        In namespace mode it is the agent's root, checked against the identity recorded at
+        start: 404 when the agent is gone, for its pid may by now be another process's, whose
+        root is the host's.
+        """
+        flags = os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC
+        if not self.namespace:
+            return os.open("/", flags)
+        try:
+            fd = os.open(f"/proc/{self.link.agent_pid}/root", flags)
+        except OSError as exc:
+            raise ApiError(404, "Sandbox not found", "SANDBOX_NOT_FOUND") from exc
+        st = os.fstat(fd)
+        if self.link.root_id is None or (st.st_dev, st.st_ino) != self.link.root_id:
+            os.close(fd)
+            raise ApiError(404, "Sandbox not found", "SANDBOX_NOT_FOUND")
+        return fd
+
+    def own_dirs(self) -> list[str]:
+        """Real host paths of the sandbox's own directories (behind /tmp, /root...)."""
+        return [os.path.realpath(d) for d in self.dirs.values()]
 
     def require_running(self) -> None:
         """409 unless the sandbox is running."""
@@ -212,7 +232,7 @@ class Registry:
                 instance=self.instance,
             )
         except AgentError as exc:
-            await asyncio.to_thread(shutil.rmtree, base, True)
+            await asyncio.to_thread(remove_tree, base)
             raise ApiError(500, str(exc), "SANDBOX_START_FAILED") from exc
         finally:
             self._starting -= 1
@@ -342,10 +362,14 @@ class Registry:
         sb.commands.clear()
         await sb.link.stop()
         base = self.isolation.state_dir / "sandboxes" / sandbox_id
-        task = asyncio.get_running_loop().create_task(asyncio.to_thread(shutil.rmtree, base, True))
+        task = asyncio.get_running_loop().create_task(self._remove_dirs(base))
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
         return True
+
+    @staticmethod
+    async def _remove_dirs(base: Path) -> None:
+        await asyncio.to_thread(remove_tree, base)
 
     def _agent_died(self, sandbox_id: str, link: AgentLink) -> None:
         """An agent that dies on its own takes its sandbox with it."""

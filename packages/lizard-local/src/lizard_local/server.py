@@ -4,7 +4,10 @@
 ``exit_on_stdin_eof``) end of file on stdin, which is how a parent process that dies takes the
 server with it. Once the address is bound it writes ``export NAME=value`` lines for
 ``LIZARD_API_URL``, ``LIZARD_API_KEY``, ``LIZARD_PROJECT_ID`` (and ``SSL_CERT_FILE`` with TLS),
-then a ``# ready`` line. On exit every sandbox is killed and the state directory removed.
+then a ``# ready`` line. On exit every sandbox is killed and the state directory removed (by
+:func:`lizard_local.host_cleanup.remove_tree`: never across a mount point, never through a link).
+The API key is taken as given (the CLI reads it from ``--api-key-fd``, ``--api-key`` or
+``LIZARD_LOCAL_API_KEY``) and is never passed on to a sandbox process.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
 import signal
 import socket
 import sys
@@ -28,6 +30,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from lizard_local import isolation as isolation_mod
 from lizard_local.app import ConnectionState, LizardApp, StreamDropped
+from lizard_local.host_cleanup import remove_tree
 from lizard_local.instrumentation import Instrumentation
 from lizard_local.sandboxes import Registry
 from lizard_local.settings import Settings
@@ -206,7 +209,7 @@ async def _serve(
     finally:
         if registry is not None:
             await registry.shutdown()
-        shutil.rmtree(state_dir, ignore_errors=True)
+        remove_tree(state_dir)
 
 
 def _state_parent() -> str:
@@ -242,7 +245,7 @@ def _remove_stale_state(parent: Path) -> None:
             pass
         except OSError:
             continue
-        shutil.rmtree(candidate, ignore_errors=True)
+        remove_tree(candidate)
 
 
 def _watch_stdin(loop: asyncio.AbstractEventLoop, on_eof: Callable[[], None]) -> None:
