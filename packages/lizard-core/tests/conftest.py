@@ -7,7 +7,11 @@ lizard-local's pytest plugin, which also points ``LIZARD_API_URL``, ``LIZARD_API
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -121,3 +125,36 @@ def api_requests(lizard_local: Any) -> RequestCounter:
     counter = RequestCounter(lizard_local)
     counter.reset()
     return counter
+
+
+# ── an older Python for the guest programs (they must run on Python 3.8+) ──
+
+
+def _oldest_python() -> str | None:
+    """The oldest Python 3.8+ on this machine (PATH, pyenv, or LIZARD_TEST_OLD_PYTHON)."""
+    candidates = [os.environ.get("LIZARD_TEST_OLD_PYTHON", "")]
+    candidates += [shutil.which(f"python3.{minor}") or "" for minor in range(8, 14)]
+    pyenv = shutil.which("pyenv")
+    if pyenv:
+        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
+        candidates += sorted(str(p) for p in Path(root, "versions").glob("3.*/bin/python3"))
+    found: list[tuple[tuple[int, int], str]] = []
+    for candidate in filter(None, candidates):
+        probe = subprocess.run(
+            [candidate, "-c", "import sys; print(*sys.version_info[:2])"],
+            capture_output=True,
+            text=True,
+        )
+        if probe.returncode == 0:
+            major, minor = map(int, probe.stdout.split())
+            if (major, minor) >= (3, 8):
+                found.append(((major, minor), candidate))
+    return min(found)[1] if found else None
+
+
+@pytest.fixture(scope="module")
+def old_python() -> str:
+    python = _oldest_python()
+    if python is None:
+        pytest.skip("no Python 3.8+ interpreter besides the test runner's was found")
+    return python

@@ -6,7 +6,6 @@ import ast
 import base64
 import json
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -46,36 +45,6 @@ def test_the_program_is_python_3_8_code_in_both_forms() -> None:
     assert "typing" not in compact
     assert len(compact) < 0.7 * len(source("agent"))
     assert len(compact) < 16 * 1024
-
-
-def _oldest_python() -> str | None:
-    """The oldest Python 3.8+ on this machine (PATH, pyenv, or LIZARD_TEST_OLD_PYTHON)."""
-    candidates = [os.environ.get("LIZARD_TEST_OLD_PYTHON", "")]
-    candidates += [shutil.which(f"python3.{minor}") or "" for minor in range(8, 14)]
-    pyenv = shutil.which("pyenv")
-    if pyenv:
-        root = subprocess.run([pyenv, "root"], capture_output=True, text=True).stdout.strip()
-        candidates += sorted(str(p) for p in Path(root, "versions").glob("3.*/bin/python3"))
-    found: list[tuple[tuple[int, int], str]] = []
-    for candidate in filter(None, candidates):
-        probe = subprocess.run(
-            [candidate, "-c", "import sys; print(*sys.version_info[:2])"],
-            capture_output=True,
-            text=True,
-        )
-        if probe.returncode == 0:
-            major, minor = map(int, probe.stdout.split())
-            if (major, minor) >= (3, 8):
-                found.append(((major, minor), candidate))
-    return min(found)[1] if found else None
-
-
-@pytest.fixture(scope="module")
-def old_python() -> str:
-    python = _oldest_python()
-    if python is None:
-        pytest.skip("no Python 3.8+ interpreter besides the test runner's was found")
-    return python
 
 
 def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> list[dict[str, Any]]:

@@ -754,6 +754,19 @@ def test_install_without_pip_says_so(kernel: GuestKernel) -> None:
 # -- compatibility ---------------------------------------------------------------------------------
 
 
+def test_the_kernel_runs_under_the_oldest_local_python(old_python: str, short_tmp: str) -> None:
+    guest = GuestKernel(short_tmp, key="old", python=old_python)
+    try:
+        assert guest.execute("x = 21").error is None
+        assert guest.execute("x * 2").value == {"text/plain": "42"}
+        out = guest.execute("class Done(BaseException): pass\nraise Done('safe:42')")
+        assert out.error is not None
+        assert (out.error["name"], out.error["message"]) == ("Done", "safe:42")
+        assert guest.execute("x").value == {"text/plain": "21"}
+    finally:
+        guest.close()
+
+
 @pytest.mark.parametrize("name", ["kernel_client", "kernel_daemon"])
 def test_guest_programs_are_python_3_8_syntax(name: str) -> None:
     import ast
