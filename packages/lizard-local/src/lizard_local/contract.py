@@ -207,6 +207,25 @@ def _shown(data: bytes, secrets_: Mapping[str, Sequence[bytes]], limit: int = 16
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+def _assert_hidden(data: bytes, secrets_: Mapping[str, Sequence[bytes]], where: str) -> None:
+    """Fail, naming the secrets, if any of them is in ``data`` (what ``where`` shows)."""
+    leaks = _leaked(data, secrets_)
+    assert not leaks, f"{', '.join(leaks)} in {where}"
+
+
+def _assert_error_hides(error: BaseException, keys: Mapping[str, str]) -> None:
+    """Fail if the text of ``error`` (its whole chain) shows one of ``keys`` (name -> key)."""
+    text = _exception_text(error).encode()
+    leaks = _leaked(text, {name: _needles(key) for name, key in keys.items()})
+    assert not leaks, f"the error shows {', '.join(leaks)}"
+
+
+def _assert_no_requests(server: LocalServer, what: str) -> None:
+    """Fail if ``server`` counted a request since its counters were reset."""
+    counters = server.counters()
+    assert counters["total"] == 0, f"{what} made requests: {counters['routes']}"
+
+
 def _read_proc(pid: int, name: str) -> bytes | None:
     try:
         with open(f"/proc/{pid}/{name}", "rb") as handle:
@@ -487,6 +506,18 @@ class AdapterContract:
         assert len(created) == 1, f"one adapter object created {len(created)} sandboxes"
         return created.pop()
 
+    def _operated_adapter(
+        self,
+        server: LocalServer,
+        make_adapter: Callable[..., Any],
+        operate: Callable[[Any], object],
+    ) -> tuple[set[str], Any, str]:
+        """The sandboxes there were, and a new adapter with the one sandbox its operation made."""
+        before = set(server.sandboxes())
+        adapter = make_adapter()
+        self._call(operate, adapter)
+        return before, adapter, self._new_sandbox(server, before)
+
     # ── rules ──
 
     def test_construction_makes_no_request(
@@ -501,8 +532,7 @@ class AdapterContract:
             api_key=server.api_key, api_url=server.url, project_id=server.project_id
         )
         shown = " ".join(f(a) for a in (from_env, explicit) for f in (repr, str)).encode()
-        counters = server.counters()
-        assert counters["total"] == 0, f"building the adapter made requests: {counters['routes']}"
+        _assert_no_requests(server, "building the adapter")
         assert set(server.sandboxes()) == before
         assert not _leaked(shown, {"the API key": _needles(server.api_key)}), (
             "the adapter's repr or str shows the API key"
@@ -521,8 +551,7 @@ class AdapterContract:
             make_adapter(api_key="")
         with pytest.raises(ValueError):  # noqa: PT011
             make_adapter(project_id="")
-        counters = server.counters()
-        assert counters["total"] == 0, f"refusing bad input made requests: {counters['routes']}"
+        _assert_no_requests(server, "refusing bad input")
 
     def test_cleanup_of_an_unused_adapter_makes_no_request(
         self,
@@ -536,8 +565,7 @@ class AdapterContract:
         adapter = make_adapter()
         server.reset_counters()
         self._call(cleanup_adapter, adapter)
-        counters = server.counters()
-        assert counters["total"] == 0, f"cleanup made requests: {counters['routes']}"
+        _assert_no_requests(server, "cleanup")
         assert set(server.sandboxes()) == before
 
     def test_cleanup_destroys_the_sandbox_and_everything_in_it(
@@ -548,10 +576,7 @@ class AdapterContract:
         cleanup_adapter: Callable[[Any], object],
     ) -> None:
         """Cleanup destroys the sandbox and its processes, and may be called again."""
-        before = set(lizard_local.sandboxes())
-        adapter = make_adapter()
-        self._call(operate, adapter)
-        sandbox_id = self._new_sandbox(lizard_local, before)
+        before, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
         assert sandbox_pids(sandbox_id), "the sandbox's processes cannot be found by their marker"
         self._call(cleanup_adapter, adapter)
         assert sandbox_id not in lizard_local.sandboxes(), "cleanup left the sandbox alive"
@@ -603,16 +628,13 @@ class AdapterContract:
 
         env = api.exec(sandbox_id, ["env"])
         assert env["exitCode"] == 0, env
-        leaks = _leaked(env["stdout"].encode(), watched)
-        assert not leaks, f"{', '.join(leaks)} in the environment of a new command"
+        _assert_hidden(env["stdout"].encode(), watched, "the environment of a new command")
         record = json.dumps(api.request("GET", f"/api/sandboxes/{sandbox_id}")).encode()
-        leaks = _leaked(record, watched)
-        assert not leaks, f"{', '.join(leaks)} in the sandbox's record (metadata, envs)"
+        _assert_hidden(record, watched, "the sandbox's record (metadata, envs)")
 
         hits = self._scan_files(lizard_local, api, sandbox_id, watched)
         assert not hits, f"secrets in the sandbox's files: {hits}"
-        leaks = _leaked(caplog.text.encode(), watched)
-        assert not leaks, f"{', '.join(leaks)} in the host's log records"
+        _assert_hidden(caplog.text.encode(), watched, "the host's log records")
         self._call(cleanup_adapter, adapter)
 
     def _scan_files(
@@ -763,18 +785,12 @@ class AdapterContract:
         expected_errors: ExpectedErrors,
     ) -> None:
         """A sandbox killed under the adapter raises the framework's error; none replaces it."""
-        before = set(lizard_local.sandboxes())
-        adapter = make_adapter()
-        self._call(operate, adapter)
-        sandbox_id = self._new_sandbox(lizard_local, before)
+        before, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
         lizard_local.expire(sandbox_id)
         with pytest.raises(expected_errors.sandbox_gone) as caught:
             self._call(operate, adapter)
         assert set(lizard_local.sandboxes()) == before, "a replacement sandbox was created"
-        text = _exception_text(caught.value).encode()
-        assert not _leaked(text, {"the API key": _needles(lizard_local.api_key)}), (
-            "the error shows the API key"
-        )
+        _assert_error_hides(caught.value, {"the API key": lizard_local.api_key})
         self._call(cleanup_adapter, adapter)  # a sandbox already gone counts as cleaned up
         assert set(lizard_local.sandboxes()) == before
 
@@ -795,11 +811,9 @@ class AdapterContract:
             self._call(operate, adapter)
         assert server.counters()["total"] >= 1, "the operation never asked the API"
         assert set(server.sandboxes()) == before
-        text = _exception_text(caught.value).encode()
-        leaks = _leaked(
-            text, {"the rejected key": _needles(wrong), "the API key": _needles(server.api_key)}
+        _assert_error_hides(
+            caught.value, {"the rejected key": wrong, "the API key": server.api_key}
         )
-        assert not leaks, f"the error shows {', '.join(leaks)}"
         self._call(cleanup_adapter, adapter)
 
     def test_a_transient_failure_raises_the_frameworks_error_and_passes(
@@ -813,10 +827,7 @@ class AdapterContract:
     ) -> None:
         """A 5xx raises the framework's transient error, and the next operation works."""
         self._opt_out("skip_transient_errors")
-        before = set(lizard_local.sandboxes())
-        adapter = make_adapter()
-        self._call(operate, adapter)
-        sandbox_id = self._new_sandbox(lizard_local, before)
+        _, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
         lizard_local.reset_counters()
         lizard_local.inject_fault(fault_route, status=503, count=1)
         error: BaseException | None = None
@@ -832,8 +843,7 @@ class AdapterContract:
             raise AssertionError(
                 f"a 503 raised {type(error).__name__}, expected {expected_errors.transient}"
             ) from error
-        text = _exception_text(error).encode()
-        assert not _leaked(text, {"the API key": _needles(lizard_local.api_key)})
+        _assert_error_hides(error, {"the API key": lizard_local.api_key})
         self._call(operate, adapter)  # the failure passed; the adapter works again
         self._call(cleanup_adapter, adapter)
 

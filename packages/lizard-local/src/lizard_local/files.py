@@ -30,6 +30,7 @@ import pwd
 import secrets
 import shutil
 import stat as stat_mod
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -90,6 +91,36 @@ def os_error(exc: OSError, path: str) -> ApiError:
     if exc.errno in (errno.EACCES, errno.EPERM):
         return ApiError(400, f"Permission denied: {path}", "PERMISSION_DENIED")
     return ApiError(400, f"{exc.strerror or exc}: {path}", "FILE_ERROR")
+
+
+@contextlib.contextmanager
+def _os_errors(path: str) -> Iterator[None]:
+    """Raise an OSError of the block as the API's error for ``path`` (:func:`os_error`)."""
+    try:
+        yield
+    except OSError as exc:
+        raise os_error(exc, path) from exc
+
+
+@contextlib.contextmanager
+def _closing(fd: int) -> Iterator[int]:
+    """``fd`` for the block, closed after it."""
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _in_sandbox(sb: Sandbox, path: str) -> Iterator[int]:
+    """The sandbox's root descriptor for the block; an OSError of the block is ``path``'s error.
+
+    The root is opened before the mapping applies: its own failures (404 when the sandbox is
+    gone) are not ``path``'s. It is closed whatever happens.
+    """
+    root = sb.open_root()
+    with _closing(root), _os_errors(path):
+        yield root
 
 
 def _owner(uid: int) -> str:
@@ -191,28 +222,25 @@ def _makedirs(root: int, path: str, account: UserAccount | None) -> None:
             pass
         except NotADirectoryError as exc:
             raise ApiError(400, f"Not a directory: {here}", "NOT_A_DIRECTORY") from exc
-        parent = in_root.open_in(root, "/".join(names[: i - 1]), _DIR_PATH)
-        try:
-            os.mkdir(names[i - 1], 0o755, dir_fd=parent)
-            _chown(names[i - 1], parent, account)
-        except FileExistsError as exc:
-            # Made by someone else meanwhile (fine), or a dangling link (not a directory).
+        with _closing(in_root.open_in(root, "/".join(names[: i - 1]), _DIR_PATH)) as parent:
             try:
-                os.close(in_root.open_in(root, here, _DIR_PATH))
-            except OSError:
-                raise ApiError(400, f"Not a directory: {here}", "NOT_A_DIRECTORY") from exc
-        finally:
-            os.close(parent)
+                os.mkdir(names[i - 1], 0o755, dir_fd=parent)
+                _chown(names[i - 1], parent, account)
+            except FileExistsError as exc:
+                # Made by someone else meanwhile (fine), or a dangling link (not a directory).
+                try:
+                    os.close(in_root.open_in(root, here, _DIR_PATH))
+                except OSError:
+                    raise ApiError(400, f"Not a directory: {here}", "NOT_A_DIRECTORY") from exc
 
 
 def write_file(sb: Sandbox, path: str, data: bytes, account: UserAccount | None) -> None:
     """Create or overwrite ``path`` with ``data``."""
-    root = sb.open_root()
-    try:
+    with _in_sandbox(sb, path) as root:
         _makedirs(root, os.path.dirname(_normalize(path)), account)
         # O_NONBLOCK: a FIFO with no reader must not hang the server; only regular files pass.
-        fd = in_root.open_in(root, path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
-        try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK
+        with _closing(in_root.open_in(root, path, flags, 0o644)) as fd:
             if not stat_mod.S_ISREG(os.fstat(fd).st_mode):
                 raise ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
             # Write, then cut to length: truncating to zero first makes ext4 flush the file to
@@ -223,35 +251,23 @@ def write_file(sb: Sandbox, path: str, data: bytes, account: UserAccount | None)
             os.ftruncate(fd, len(data))
             if account is not None and os.geteuid() == 0:
                 os.fchown(fd, account.uid, account.gid)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise os_error(exc, path) from exc
-    finally:
-        os.close(root)
 
 
 def read_file(sb: Sandbox, path: str) -> bytes:
     """The bytes of ``path``."""
-    root = sb.open_root()
-    try:
-        fd = in_root.open_in(root, path, os.O_RDONLY | os.O_NONBLOCK)
-        try:
-            mode = os.fstat(fd).st_mode
-            if stat_mod.S_ISDIR(mode):
-                raise ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
-            if not stat_mod.S_ISREG(mode):
-                raise ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
-            chunks = []
-            while chunk := os.read(fd, 1 << 20):
-                chunks.append(chunk)
-            return b"".join(chunks)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise os_error(exc, path) from exc
-    finally:
-        os.close(root)
+    with (
+        _in_sandbox(sb, path) as root,
+        _closing(in_root.open_in(root, path, os.O_RDONLY | os.O_NONBLOCK)) as fd,
+    ):
+        mode = os.fstat(fd).st_mode
+        if stat_mod.S_ISDIR(mode):
+            raise ApiError(400, f"Is a directory: {path}", "IS_A_DIRECTORY")
+        if not stat_mod.S_ISREG(mode):
+            raise ApiError(400, f"Not a regular file: {path}", "NOT_A_FILE")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
 
 
 def _remove_entry(dir_fd: int, name: str) -> None:
@@ -265,40 +281,27 @@ def _remove_entry(dir_fd: int, name: str) -> None:
 def delete_path(sb: Sandbox, path: str) -> None:
     """Remove a file, link or directory tree."""
     _last_entry(path)
-    root = sb.open_root()
-    try:
+    with _in_sandbox(sb, path) as root:
         parent, name = in_root.open_parent(root, path)
-        try:
+        with _closing(parent):
             _require_own(sb, parent, name, path)
             _remove_entry(parent, name)
-        finally:
-            os.close(parent)
-    except OSError as exc:
-        raise os_error(exc, path) from exc
-    finally:
-        os.close(root)
 
 
 def list_dir(sb: Sandbox, path: str) -> list[dict[str, Any]]:
     """FileInfo of each entry of directory ``path`` (one level)."""
-    root = sb.open_root()
-    try:
-        fd = in_root.open_in(root, path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            base = _normalize(path).rstrip("/")
-            out = []
-            for name in sorted(os.listdir(fd)):
-                try:
-                    out.append(file_info(name, f"{base}/{name}", fd, name))
-                except FileNotFoundError:
-                    continue  # removed while listing
-            return out
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise os_error(exc, path) from exc
-    finally:
-        os.close(root)
+    with (
+        _in_sandbox(sb, path) as root,
+        _closing(in_root.open_in(root, path, os.O_RDONLY | os.O_DIRECTORY)) as fd,
+    ):
+        base = _normalize(path).rstrip("/")
+        out = []
+        for name in sorted(os.listdir(fd)):
+            try:
+                out.append(file_info(name, f"{base}/{name}", fd, name))
+            except FileNotFoundError:
+                continue  # removed while listing
+        return out
 
 
 def stat_path(sb: Sandbox, path: str) -> dict[str, Any]:
@@ -306,8 +309,7 @@ def stat_path(sb: Sandbox, path: str) -> dict[str, Any]:
     norm = _normalize(path)
     shown = os.path.basename(norm) or "/"
     names = in_root.components(path)
-    root = sb.open_root()
-    try:
+    with _in_sandbox(sb, path) as root:
         if not names:
             return file_info(shown, norm, root, ".")
         if names[-1] == "..":  # a directory, never a link: following it changes nothing
@@ -315,37 +317,27 @@ def stat_path(sb: Sandbox, path: str) -> dict[str, Any]:
             entry = "."
         else:
             fd, entry = in_root.open_parent(root, path)
-        try:
+        with _closing(fd):
             return file_info(shown, norm, fd, entry)
-        finally:
-            os.close(fd)
-    except OSError as exc:
-        raise os_error(exc, path) from exc
-    finally:
-        os.close(root)
 
 
 def move_path(sb: Sandbox, src: str, dst: str, account: UserAccount | None) -> None:
     """Rename ``src`` to ``dst``, creating the destination's parents."""
     _last_entry(src, "from")
     _last_entry(dst, "to")
-    root = sb.open_root()
-    try:
-        try:
+    # An OSError is reported against the destination, but while the source is looked up.
+    with _in_sandbox(sb, dst) as root:
+        with _os_errors(src):
             src_dir, src_name = in_root.open_parent(root, src)
-        except OSError as exc:
-            raise os_error(exc, src) from exc
-        try:
-            try:
+        with _closing(src_dir):
+            with _os_errors(src):
                 os.lstat(src_name, dir_fd=src_dir)
-            except OSError as exc:
-                raise os_error(exc, src) from exc
             _require_own(sb, src_dir, src_name, src)
             if not sb.namespace:  # checked before its parents are made, and again after
                 _require_own_path(sb, os.path.realpath(_normalize(dst)), dst)
             _makedirs(root, os.path.dirname(_normalize(dst)), account)
             dst_dir, dst_name = in_root.open_parent(root, dst)
-            try:
+            with _closing(dst_dir):
                 _require_own(sb, dst_dir, dst_name, dst)
                 try:
                     os.rename(src_name, dst_name, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
@@ -353,14 +345,6 @@ def move_path(sb: Sandbox, src: str, dst: str, account: UserAccount | None) -> N
                     if exc.errno != errno.EXDEV:
                         raise
                     _move_across(src_dir, src_name, dst_dir, dst_name)
-            finally:
-                os.close(dst_dir)
-        finally:
-            os.close(src_dir)
-    except OSError as exc:
-        raise os_error(exc, dst) from exc
-    finally:
-        os.close(root)
 
 
 def _move_across(src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> None:
@@ -396,39 +380,26 @@ def _copy_entry(src_dir: int, src_name: str, dst_dir: int, dst_name: str) -> Non
     elif stat_mod.S_ISDIR(mode):
         os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
         nofollow = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-        source = os.open(src_name, nofollow, dir_fd=src_dir)
-        try:
-            target = os.open(dst_name, nofollow, dir_fd=dst_dir)
-            try:
-                for child in os.listdir(source):
-                    _copy_entry(source, child, target, child)
-                _copy_metadata(target, st)
-            finally:
-                os.close(target)
-        finally:
-            os.close(source)
+        with (
+            _closing(os.open(src_name, nofollow, dir_fd=src_dir)) as source,
+            _closing(os.open(dst_name, nofollow, dir_fd=dst_dir)) as target,
+        ):
+            for child in os.listdir(source):
+                _copy_entry(source, child, target, child)
+            _copy_metadata(target, st)
         return
     elif stat_mod.S_ISREG(mode):
-        source = os.open(
-            src_name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir
-        )
-        try:
-            target = os.open(
-                dst_name,
-                os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                0o600,
-                dir_fd=dst_dir,
-            )
-            try:
-                while chunk := os.read(source, 1 << 20):
-                    view = memoryview(chunk)
-                    while view:
-                        view = view[os.write(target, view) :]
-                _copy_metadata(target, st)
-            finally:
-                os.close(target)
-        finally:
-            os.close(source)
+        reading = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+        writing = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        with (
+            _closing(os.open(src_name, reading, dir_fd=src_dir)) as source,
+            _closing(os.open(dst_name, writing, 0o600, dir_fd=dst_dir)) as target,
+        ):
+            while chunk := os.read(source, 1 << 20):
+                view = memoryview(chunk)
+                while view:
+                    view = view[os.write(target, view) :]
+            _copy_metadata(target, st)
         return
     else:
         raise OSError(errno.EINVAL, "cannot move a device or socket to another file system")
