@@ -1,0 +1,180 @@
+"""What the benchmark measures: the operations, the latency settings and the targets.
+
+Standard library only: the orchestrator and the drivers in both environments import it (the 0.1.0
+environment has none of this repository's packages).
+
+Each operation is a user-visible call through an adapter's public API, run the same way against
+the 0.1.0 packages and against this repository's: workspace operations through
+``pydantic_ai_lizard.LizardSandboxBackend``, executor operations through
+``smolagents_lizard.LizardExecutor``. Probes are raw HTTP requests (no adapter) that price a new
+connection against a reused one; they run in this repository's environment only.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Final, Literal
+
+__all__ = [
+    "OPERATIONS",
+    "PROBES",
+    "QUICK_OPERATIONS",
+    "REQUEST_TARGETS",
+    "SETTINGS",
+    "SPEED_TARGETS",
+    "Operation",
+    "Setting",
+    "SpeedTarget",
+    "operation",
+    "parse_settings",
+    "repetitions",
+]
+
+Kind = Literal["workspace", "executor", "probe"]
+
+
+@dataclass(frozen=True)
+class Operation:
+    """One measured operation."""
+
+    name: str
+    """Identifier used on the command line and in the driver protocol."""
+    label: str
+    """What a reader sees in the table."""
+    kind: Kind
+    cold: bool = False
+    """Every repetition starts from nothing (a new sandbox), so no warm-up run precedes it."""
+
+
+OPERATIONS: Final = (
+    Operation(
+        "first_use", "first use of a sandbox (new backend, `run(['true'])`)", "workspace", True
+    ),
+    Operation("command_true", "command `true`", "workspace"),
+    Operation("command_1mib", "command printing 1 MiB (16,384 lines)", "workspace"),
+    Operation("write_1k", "write 1 KiB", "workspace"),
+    Operation("read_1k", "read 1 KiB", "workspace"),
+    Operation("write_8m", "write 8 MiB", "workspace"),
+    Operation("read_8m", "read 8 MiB", "workspace"),
+    Operation("stat", "stat", "workspace"),
+    Operation("list_dir", "list_dir of 1,000 entries", "workspace"),
+    Operation("exists", "exists", "workspace"),
+    Operation("realpath", "realpath (through a symlink)", "workspace"),
+    Operation(
+        "executor_start", "executor start (new executor, CodeAgent's set-up)", "executor", True
+    ),
+    Operation("step_trivial", "warm step: `x = 1 + 1`", "executor"),
+    Operation("step_print_100", "warm step printing 100 lines", "executor"),
+    Operation("step_final_answer", "warm step: `final_answer(42)`", "executor"),
+    Operation(
+        "code_agent_3_steps",
+        "3-step CodeAgent run, scripted model (new executor)",
+        "executor",
+        True,
+    ),
+)
+
+PROBES: Final = (
+    Operation(
+        "probe_new_connection", "new connection and SSL context per request (lizard-sdk)", "probe"
+    ),
+    Operation("probe_new_connection_cached_ssl", "new connection, one SSL context", "probe"),
+    Operation("probe_pooled", "one kept-alive connection (a pooled client)", "probe"),
+)
+
+QUICK_OPERATIONS: Final = ("first_use", "command_true", "read_1k", "stat", "step_trivial")
+"""``--quick`` runs these (plus the probes) with fewer repetitions."""
+
+
+def repetitions(op: Operation, reps: int) -> int:
+    """Timed repetitions of ``op`` for a run asked for ``reps``.
+
+    A cold operation (a new sandbox each time) gets ``reps``. A warm one is cheap and short, so
+    machine noise weighs more: it gets ``2 * reps - 1`` (9 for 5). A probe is one small request
+    compared with other probes: ``4 * reps``.
+    """
+    if op.kind == "probe":
+        return 4 * reps
+    return reps if op.cold else 2 * reps - 1
+
+
+def operation(name: str) -> Operation:
+    """The operation or probe called ``name``; ``ValueError`` when there is none."""
+    for candidate in OPERATIONS + PROBES:
+        if candidate.name == name:
+            return candidate
+    known = ", ".join(op.name for op in OPERATIONS + PROBES)
+    raise ValueError(f"unknown operation {name!r}; known: {known}")
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Latency lizard-local adds: per response, and once more per new connection."""
+
+    response_ms: float
+    connection_ms: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """``0``, ``20`` or ``20+40``: how the command line and the tables spell it."""
+        base = f"{self.response_ms:g}"
+        return f"{base}+{self.connection_ms:g}" if self.connection_ms else base
+
+    @property
+    def description(self) -> str:
+        """A heading for the setting's table."""
+        if not self.response_ms and not self.connection_ms:
+            return "0 ms added (loopback)"
+        text = f"{self.response_ms:g} ms per response"
+        if self.connection_ms:
+            text += f" + {self.connection_ms:g} ms per new connection"
+        return text
+
+
+SETTINGS: Final = (Setting(0), Setting(20), Setting(20, 40))
+
+_SETTING: Final = re.compile(r"(\d+(?:\.\d+)?)(?:\+(\d+(?:\.\d+)?))?")
+
+
+def parse_settings(text: str) -> list[Setting]:
+    """``"0,20,20+40"`` -> settings; ``ValueError`` on anything else."""
+    settings: list[Setting] = []
+    for part in text.split(","):
+        match = _SETTING.fullmatch(part.strip())
+        if match is None:
+            raise ValueError(f"bad setting {part!r}: use MS or MS+CONNECTION_MS, e.g. 20+40")
+        settings.append(Setting(float(match[1]), float(match[2] or 0)))
+    if not settings:
+        raise ValueError("no settings given")
+    return settings
+
+
+REQUEST_TARGETS: Final = (
+    "command_true",
+    "command_1mib",
+    "write_1k",
+    "read_1k",
+    "stat",
+    "list_dir",
+    "exists",
+    "realpath",
+)
+"""Operations that must cost this repository's packages at most one request."""
+
+
+@dataclass(frozen=True)
+class SpeedTarget:
+    """At ``setting``, ours must be at least ``factor`` times faster on ``operation``."""
+
+    operation: str
+    factor: float
+    what: str
+    setting: Setting = Setting(20, 40)
+
+
+SPEED_TARGETS: Final = (
+    SpeedTarget("command_true", 5, "a workspace command"),
+    SpeedTarget("step_trivial", 4, "a warm smolagents step"),
+    SpeedTarget("code_agent_3_steps", 3, "a 3-step CodeAgent run"),
+)

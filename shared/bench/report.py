@@ -1,0 +1,561 @@
+"""Results of a benchmark run, their statistics, and the tables and page made from them.
+
+Pure functions over plain data (no I/O, no third-party imports), so ``tests/test_bench.py`` can
+check them quickly. A cell holds one operation's repetitions on one side at one setting; times
+are medians, request and connection counts are medians with their range when they vary (the
+0.1.0 backend polls, so its counts can differ between repetitions).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from catalogue import (
+    OPERATIONS,
+    PROBES,
+    REQUEST_TARGETS,
+    SPEED_TARGETS,
+    Operation,
+    Setting,
+    operation,
+)
+
+__all__ = [
+    "OURS",
+    "POOLED",
+    "REF",
+    "Cell",
+    "Run",
+    "Sample",
+    "acceptance_lines",
+    "format_count",
+    "format_ms",
+    "format_ratio",
+    "format_routes",
+    "markdown_table",
+    "memory_table",
+    "pooled_table",
+    "probe_table",
+    "ratio",
+    "render_page",
+    "route_name",
+    "routes_table",
+    "setting_table",
+]
+
+REF: Final = "0.1.0"
+OURS: Final = "ours"
+POOLED: Final = "ours, pooled"
+"""What-if: ours with lizard-sdk's exec and files requests on one pooled client."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One timed repetition and what lizard-local counted during it."""
+
+    seconds: float
+    requests: int
+    connections: int
+    routes: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Cell:
+    """Repetitions of one operation on one side at one setting, or why there are none."""
+
+    samples: list[Sample] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        """Whether there is something to report."""
+        return bool(self.samples) and self.error is None
+
+    @property
+    def seconds(self) -> float:
+        """Median wall time."""
+        return statistics.median(s.seconds for s in self.samples)
+
+    @property
+    def requests(self) -> tuple[float, int, int]:
+        """(median, min, max) request count."""
+        return _spread(s.requests for s in self.samples)
+
+    @property
+    def connections(self) -> tuple[float, int, int]:
+        """(median, min, max) count of new connections."""
+        return _spread(s.connections for s in self.samples)
+
+    @property
+    def routes(self) -> dict[str, int]:
+        """Requests per route in the median-time repetition (a representative breakdown)."""
+        if not self.samples:
+            return {}
+        ordered = sorted(self.samples, key=lambda s: s.seconds)
+        return dict(ordered[(len(ordered) - 1) // 2].routes)
+
+
+def _spread(values: Iterable[int]) -> tuple[float, int, int]:
+    items = list(values)
+    return statistics.median(items), min(items), max(items)
+
+
+@dataclass
+class Run:
+    """Everything one run measured, and where."""
+
+    settings: list[Setting]
+    operations: list[Operation]
+    sides: list[str]
+    reps: int
+    cells: dict[str, dict[str, dict[str, Cell]]] = field(default_factory=dict)
+    """setting name -> operation name -> side -> cell."""
+    memory: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    """side -> one measurement per file size (or ``{"size_mib", "error"}``)."""
+    machine: dict[str, Any] = field(default_factory=dict)
+    environments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """side -> ``{"python", "versions"}`` as its driver reported them."""
+    duration_s: float = 0.0
+
+    def cell(self, setting: Setting, op: str, side: str) -> Cell:
+        """The cell, created empty on first access."""
+        by_op = self.cells.setdefault(setting.name, {})
+        return by_op.setdefault(op, {}).setdefault(side, Cell())
+
+    def get(self, setting: Setting, op: str, side: str) -> Cell | None:
+        """The cell if it holds samples, else None."""
+        cell = self.cells.get(setting.name, {}).get(op, {}).get(side)
+        return cell if cell is not None and cell.ok else None
+
+    def failures(self) -> list[str]:
+        """One line per cell that failed."""
+        lines = []
+        for setting_name, by_op in self.cells.items():
+            for op_name, by_side in by_op.items():
+                for side, cell in by_side.items():
+                    if cell.error:
+                        lines.append(f"{setting_name} ms, {op_name}, {side}: {cell.error}")
+        return lines
+
+
+# ── formatting ───────────────────────────────────────────────────────────────
+
+
+def format_ms(seconds: float) -> str:
+    """Milliseconds with sensible precision: ``0.8``, ``12.3``, ``142``, ``1,234``."""
+    ms = seconds * 1000
+    return f"{ms:.1f}" if ms < 100 else f"{ms:,.0f}"
+
+
+def format_count(spread: tuple[float, int, int]) -> str:
+    """``3``, or ``7 (6–9)`` when repetitions differed."""
+    median, low, high = spread
+    text = f"{median:g}"
+    return text if low == high else f"{text} ({low}–{high})"
+
+
+def ratio(ours: float, ref: float) -> float:
+    """The ratio ours / 0.1.0 (below 1: ours is faster)."""
+    if ref <= 0:
+        raise ValueError("the 0.1.0 time must be positive")
+    return ours / ref
+
+
+def format_ratio(value: float) -> str:
+    """``0.18 (5.6× faster)`` or ``1.30 (slower)``."""
+    if value <= 1:
+        return f"{value:.2f} ({1 / value:.1f}× faster)"
+    return f"{value:.2f} ({value:.1f}× slower)"
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A Markdown table whose columns are padded, so it also reads well in a terminal."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        if len(row) != len(header):
+            raise ValueError(f"row {row!r} does not have {len(header)} columns")
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    numeric = [all(_numeric(row[i]) for row in rows) and bool(rows) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        padded = [
+            c.rjust(w) if num else c.ljust(w)
+            for c, w, num in zip(cells, widths, numeric, strict=True)
+        ]
+        return "| " + " | ".join(padded) + " |"
+
+    rule = (
+        "|"
+        + "|".join(
+            "-" * (w + 1) + ":" if num else "-" * (w + 2)
+            for w, num in zip(widths, numeric, strict=True)
+        )
+        + "|"
+    )
+    return "\n".join([line(header), rule, *(line(r) for r in rows)])
+
+
+def _numeric(text: str) -> bool:
+    head = text.split(" ")[0].rstrip("×").replace(",", "").replace(".", "", 1)
+    return head.isdigit() or text == "–"
+
+
+def _dash(cell: Cell | None, show: str) -> str:
+    if cell is None:
+        return "–"
+    if not cell.ok:
+        return "failed"
+    if show == "ms":
+        return format_ms(cell.seconds)
+    if show == "requests":
+        return format_count(cell.requests)
+    return format_count(cell.connections)
+
+
+def setting_table(run: Run, setting: Setting) -> str:
+    """Per operation: requests, new connections, median ms on each side, and ours / 0.1.0."""
+    header = [
+        "operation",
+        f"requests {REF}",
+        f"requests {OURS}",
+        f"new conns {REF}",
+        f"new conns {OURS}",
+        f"ms {REF}",
+        f"ms {OURS}",
+        f"{OURS} / {REF}",
+    ]
+    rows = []
+    for op in run.operations:
+        if op.kind == "probe":
+            continue
+        by_side = run.cells.get(setting.name, {}).get(op.name)
+        if not by_side:
+            continue
+        ref = run.get(setting, op.name, REF)
+        ours = run.get(setting, op.name, OURS)
+        rows.append(
+            [
+                op.label,
+                _dash(by_side.get(REF), "requests"),
+                _dash(by_side.get(OURS), "requests"),
+                _dash(by_side.get(REF), "connections"),
+                _dash(by_side.get(OURS), "connections"),
+                _dash(by_side.get(REF), "ms"),
+                _dash(by_side.get(OURS), "ms"),
+                format_ratio(ratio(ours.seconds, ref.seconds)) if ref and ours else "–",
+            ]
+        )
+    return markdown_table(header, rows)
+
+
+_ROUTE_NAMES: Final = {
+    "POST /api/sandboxes": "create",
+    "GET /api/sandboxes/{id}": "get info",
+    "DELETE /api/sandboxes/{id}": "kill",
+    "GET /api/projects": "list projects",
+    "POST /api/sandboxes/{id}/exec": "exec",
+    "POST /api/sandboxes/{id}/files": "upload",
+    "GET /api/sandboxes/{id}/files": "download",
+}
+
+
+def route_name(route: str) -> str:
+    """A short name for a counter key: ``POST /api/sandboxes/{id}/exec`` -> ``exec``."""
+    return _ROUTE_NAMES.get(route, route.replace("/api/sandboxes/{id}", "").strip())
+
+
+def format_routes(routes: Mapping[str, int]) -> str:
+    """``exec 3, upload 1, download 2`` (most used first)."""
+    ordered = sorted(routes.items(), key=lambda item: (-item[1], route_name(item[0])))
+    return ", ".join(f"{route_name(route)} {n}" for route, n in ordered) or "none"
+
+
+def routes_table(run: Run, setting: Setting) -> str:
+    """Where each operation's requests go, on each side (the median-time repetition)."""
+    rows = []
+    for op in run.operations:
+        if op.kind == "probe":
+            continue
+        cells = [run.get(setting, op.name, side) for side in (REF, OURS)]
+        if all(cell is None for cell in cells):
+            continue
+        rows.append([op.label, *("–" if c is None else format_routes(c.routes) for c in cells)])
+    return markdown_table(["operation", REF, OURS], rows)
+
+
+def probe_table(run: Run, setting: Setting) -> str | None:
+    """The three ways to send one small exec request, and what each costs over a pooled one."""
+    cells = {p.name: run.get(setting, p.name, OURS) for p in PROBES}
+    pooled = cells.get("probe_pooled")
+    rows = []
+    for probe in PROBES:
+        cell = cells[probe.name]
+        if cell is None:
+            continue
+        extra = "–" if pooled is None else format_ms(cell.seconds - pooled.seconds)
+        rows.append([probe.label, format_ms(cell.seconds), format_count(cell.connections), extra])
+    if not rows:
+        return None
+    return markdown_table(["one exec request (`true`)", "ms", "new conns", "ms over pooled"], rows)
+
+
+def pooled_table(run: Run, setting: Setting) -> str | None:
+    """Ours as it is against ours with exec and files on one pooled client (measured)."""
+    rows = []
+    for op in run.operations:
+        if op.kind == "probe":
+            continue
+        ours = run.get(setting, op.name, OURS)
+        pooled = run.get(setting, op.name, POOLED)
+        if ours is None or pooled is None:
+            continue
+        ref = run.get(setting, op.name, REF)
+        rows.append(
+            [
+                op.label,
+                format_count(ours.connections),
+                format_count(pooled.connections),
+                format_ms(ours.seconds),
+                format_ms(pooled.seconds),
+                f"{pooled.seconds / ours.seconds:.2f}",
+                "–" if ref is None else f"{ref.seconds / ours.seconds:.1f}×",
+                "–" if ref is None else f"{ref.seconds / pooled.seconds:.1f}×",
+            ]
+        )
+    if not rows:
+        return None
+    header = [
+        "operation",
+        "new conns ours",
+        "new conns pooled",
+        "ms ours",
+        "ms pooled",
+        "pooled / ours",
+        f"speed-up vs {REF}",
+        f"pooled vs {REF}",
+    ]
+    return markdown_table(header, rows)
+
+
+def acceptance_lines(run: Run) -> list[str]:
+    """One line per acceptance target: measured value and whether it is met."""
+    lines = []
+    for name in REQUEST_TARGETS:
+        counts = [
+            sample.requests
+            for by_op in run.cells.values()
+            for sample in (by_op.get(name, {}).get(OURS) or Cell()).samples
+        ]
+        label = operation(name).label
+        if not counts:
+            lines.append(f"- ⚪ {label}: at most 1 request — not measured")
+            continue
+        worst = max(counts)
+        mark = "✅" if worst <= 1 else "❌"
+        lines.append(f"- {mark} {label}: at most 1 request — ours: at most {worst} in every run")
+    for target in SPEED_TARGETS:
+        ref = run.get(target.setting, target.operation, REF)
+        ours = run.get(target.setting, target.operation, OURS)
+        where = f"at {target.setting.description}"
+        wanted = f"{target.what} at least {target.factor:g}× faster {where}"
+        if ref is None or ours is None:
+            lines.append(f"- ⚪ {wanted} — not measured")
+            continue
+        speedup = ref.seconds / ours.seconds
+        mark = "✅" if speedup >= target.factor else "❌"
+        lines.append(
+            f"- {mark} {wanted} — {speedup:.1f}× ({format_ms(ours.seconds)} ms vs "
+            f"{format_ms(ref.seconds)} ms)"
+        )
+    return lines
+
+
+def memory_table(run: Run) -> str | None:
+    """Peak RSS growth while writing and reading each size, per side."""
+    rows = []
+    for side in (OURS, REF):
+        for item in run.memory.get(side, []):
+            size = f"{item['size_mib']} MiB"
+            if "error" in item:
+                rows.append([side, size, "failed", "failed", str(item["error"])[:80]])
+                continue
+            rows.append(
+                [
+                    side,
+                    size,
+                    f"{item['write_peak_mib']:.1f}",
+                    f"{item['read_peak_mib']:.1f}",
+                    # Freed memory the allocator kept can be reused: growth below 0 reads as 0.
+                    f"{max(item['read_beyond_file_mib'], 0.0):.1f}",
+                ]
+            )
+    if not rows:
+        return None
+    header = [
+        "packages",
+        "file",
+        "write: peak MiB above start",
+        "read: peak MiB above start",
+        "read: beyond the file itself",
+    ]
+    return markdown_table(header, rows)
+
+
+# ── the page ─────────────────────────────────────────────────────────────────
+
+
+def _fmt_versions(env: Mapping[str, Any]) -> str:
+    versions = env.get("versions", {})
+    return ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+def _latency_paragraph(latency_at: str) -> str:
+    if latency_at == "link":
+        return (
+            "Latency comes from an emulated link between the clients and lizard-local "
+            "(`shared/bench/link.py`, which also terminates TLS): every chunk the server sends "
+            "reaches the client that many ms later, and the first request of every new connection "
+            "reaches the server that many ms later, which is what a client that never reuses "
+            "connections pays for TCP and TLS handshakes on a real link. Both add to the work, as "
+            "on a real network. lizard-local's own injection (`--latency-at lizard-local`) sleeps "
+            "after its handler has run, which for a streaming exec hides up to the delay of the "
+            "command's run time, and every exec of this repository's packages streams."
+        )
+    return (
+        "Latency comes from lizard-local's own injection (`--latency-at lizard-local`): it "
+        "sleeps after its handler has run, so a JSON exec pays the delay on top of the command "
+        "while a streaming exec hides up to the delay of the command's run time. Streaming "
+        "operations (all of ours, and 0.1.0's run_code) look faster than on a real link."
+    )
+
+
+def render_page(run: Run, reading: Sequence[str]) -> str:
+    """The whole ``docs/performance.md``."""
+    machine = run.machine
+    parts = [
+        "# Performance",
+        "",
+        "<!-- Generated by `nox -s bench` (shared/bench/run.py). Do not edit by hand: rerun. -->",
+        "",
+        "Every request to Lizard is a network round trip, and an agent makes hundreds, so this "
+        "page counts requests and new connections per operation and times them, for the "
+        "published 0.1.0 packages and for this repository's, in one run against one lizard-local "
+        "server. Both sides run the same benchmark code through the adapters' public APIs "
+        "(`pydantic_ai_lizard.LizardSandboxBackend` for workspace operations, "
+        "`smolagents_lizard.LizardExecutor` for executor operations), over HTTPS because 0.1.0 "
+        "requires it, trusting certifi's roots plus lizard-local's CA as a client of the cloud "
+        "would.",
+        "",
+        _latency_paragraph(machine.get("latency_at", "link")),
+        "",
+        "lizard-local's request counters are reset before and read after every repetition. Times "
+        f"are medians of {run.reps} repetitions of a cold operation (one that starts a new "
+        f"sandbox), {2 * run.reps - 1} of a warm one and {4 * run.reps} of a probe. Settings and "
+        "sides alternate within each repetition (the probes among themselves), so a drift in "
+        "machine load reaches all of them alike, and every warm operation gets one untimed "
+        "warm-up. Absolute times depend on the machine and its load; compare within a table.",
+        "",
+        "## Machine",
+        "",
+        f"- {machine.get('cpu', 'unknown CPU')}, {machine.get('cores', '?')} cores, "
+        f"{machine.get('memory_gib', '?')} GiB memory; {machine.get('os', 'unknown OS')}",
+        f"- load average {machine.get('load_before', '?')} before the run, "
+        f"{machine.get('load_after', '?')} after (other work was running; ratios hold, "
+        "absolute times are inflated)",
+        f"- lizard-local {machine.get('lizard_local', '?')}, isolation "
+        f"`{machine.get('isolation', '?')}`; latency and TLS from "
+        + ("the emulated link" if machine.get("latency_at", "link") == "link" else "lizard-local"),
+    ]
+    for side in (REF, OURS):
+        env = run.environments.get(side)
+        if env:
+            parts.append(f"- {side}: Python {env.get('python', '?')}; {_fmt_versions(env)}")
+    parts += [
+        f"- run took {run.duration_s / 60:.1f} min, {machine.get('date', '')}",
+        "",
+        "## Reproduce",
+        "",
+        "```sh",
+        "nox -s bench                          # everything: 5-15 minutes on 2 cores",
+        "nox -s bench -- --quick               # a few operations, fewer repetitions",
+        "nox -s bench -- --settings 20+40 --reps 9 --output perf.md",
+        "```",
+        "",
+        "The session installs smolagents-lizard 0.1.0 and pydantic-ai-lizard 0.1.0 from PyPI "
+        "(with the lizard-sdk 0.1.x they pin) in one environment and this repository's packages "
+        "in another, starts lizard-local behind the emulated link, and drives each environment "
+        "with `shared/bench/driver.py`; `shared/bench/memory_probe.py` measures host memory in a "
+        "fresh process.",
+        "",
+        "## Results",
+        "",
+        "Requests and new connections are lizard-local's counts for one repetition (median, with "
+        "the range when repetitions differed); ms is the median wall time; the last column is "
+        "ours / 0.1.0 (below 1: ours is faster).",
+    ]
+    for setting in run.settings:
+        parts += ["", f"### {setting.description}", "", setting_table(run, setting)]
+    slowest = max(run.settings, key=lambda s: (s.connection_ms, s.response_ms))
+    parts += [
+        "",
+        f"### Requests by route ({slowest.description})",
+        "",
+        "exec is `POST …/exec`, upload `POST …/files`, download `GET …/files`.",
+        "",
+        routes_table(run, slowest),
+    ]
+    parts += ["", "## Acceptance targets", "", *acceptance_lines(run)]
+    probes = [(s, probe_table(run, s)) for s in run.settings]
+    pooled = [(s, pooled_table(run, s)) for s in run.settings]
+    if any(table for _, table in probes + pooled):
+        parts += [
+            "",
+            "## Would a pooled connection matter?",
+            "",
+            "lizard-sdk sends every request on a new connection with a new SSL context. The issue "
+            "allows one pooled client in lizard_core for exec and files, with lifecycle calls left "
+            "to the SDK. It is measured here without being built: a third driver runs our "
+            "packages with lizard-sdk's own exec and files code routed through one "
+            "`httpx.Client` (same requests, same error handling; create and kill unchanged).",
+        ]
+        for setting, table in pooled:
+            if table:
+                parts += ["", f"### Pooled, {setting.description}", "", table]
+        if any(table for _, table in probes):
+            parts += [
+                "",
+                "What one request pays for its connection: the same small exec request (JSON mode, "
+                "`true`) sent three ways, without an adapter, interleaved. The first row minus the "
+                "last is the set-up a pooled client saves per request.",
+            ]
+            for setting, table in probes:
+                if table:
+                    parts += ["", f"### One request, {setting.description}", "", table]
+    memory = memory_table(run)
+    if memory:
+        parts += [
+            "",
+            "## Host memory",
+            "",
+            "Peak RSS growth of a fresh process (at 0 ms) while `write_bytes` and `read_bytes` "
+            "move one file through the workspace backend, measured from the RSS each phase starts "
+            "with. The backend's API holds whole files (the data passed in was already resident "
+            "when the write started; the bytes returned are part of the read's peak), so what "
+            "must depend on the chunk size rather than the file size is the write peak and the "
+            "read peak beyond the file itself.",
+            "",
+            memory,
+        ]
+    parts += ["", "## Reading", "", *reading]
+    failures = run.failures()
+    if failures:
+        parts += ["", "## Failures", "", *(f"- {line}" for line in failures)]
+    return "\n".join(parts) + "\n"
+
+
+def all_operations() -> list[Operation]:
+    """Every operation and probe, in table order."""
+    return [*OPERATIONS, *PROBES]

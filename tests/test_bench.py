@@ -1,0 +1,445 @@
+"""The benchmark harness's own logic (shared/bench), fast.
+
+Statistics, tables, the page and the reading are checked on synthetic results; the driver
+protocol in-process; one tiny real run (one operation, one repetition, our side only) proves the
+orchestrator, the driver and lizard-local's counters fit together. The full benchmark is
+`nox -s bench`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import socketserver
+import ssl
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "shared" / "bench"
+sys.path.insert(0, str(BENCH))
+
+import catalogue  # noqa: E402
+import driver  # noqa: E402
+import link  # noqa: E402
+import memory_probe  # noqa: E402
+import reading  # noqa: E402
+import report  # noqa: E402
+import run  # noqa: E402
+from catalogue import Setting, parse_settings  # noqa: E402
+from report import OURS, POOLED, REF, Cell, Run, Sample  # noqa: E402
+
+SLOW = Setting(20, 40)
+FAST = Setting(0)
+
+
+def sample(ms: float, requests: int = 1, connections: int | None = None, **routes: int) -> Sample:
+    return Sample(
+        seconds=ms / 1000,
+        requests=requests,
+        connections=requests if connections is None else connections,
+        routes=routes or {"POST /api/sandboxes/{id}/exec": requests},
+    )
+
+
+def make_run(**cells: dict[str, list[Sample]]) -> Run:
+    """A run at SLOW with the given cells: op name -> side -> samples."""
+    result = Run(
+        settings=[SLOW],
+        operations=[catalogue.operation(name) for name in cells],
+        sides=[REF, OURS, POOLED],
+        reps=len(next(iter(next(iter(cells.values())).values()))),
+    )
+    for name, by_side in cells.items():
+        for side, samples in by_side.items():
+            result.cell(SLOW, name, side).samples.extend(samples)
+    return result
+
+
+# ── catalogue ────────────────────────────────────────────────────────────────
+
+
+def test_settings_parse_and_name_themselves() -> None:
+    settings = parse_settings("0, 20,20+40")
+    assert settings == [Setting(0), Setting(20), Setting(20, 40)]
+    assert [s.name for s in settings] == ["0", "20", "20+40"]
+    assert settings[2].description == "20 ms per response + 40 ms per new connection"
+    assert settings[0].description == "0 ms added (loopback)"
+
+
+@pytest.mark.parametrize("bad", ["", "fast", "20+", "-5", "20+40+1"])
+def test_bad_settings_are_refused(bad: str) -> None:
+    with pytest.raises(ValueError, match="bad setting"):
+        parse_settings(bad)
+
+
+def test_repetitions_depend_on_the_kind_of_operation() -> None:
+    assert catalogue.repetitions(catalogue.operation("first_use"), 5) == 5
+    assert catalogue.repetitions(catalogue.operation("stat"), 5) == 9
+    assert catalogue.repetitions(catalogue.operation("probe_pooled"), 5) == 20
+
+
+def test_every_issue_operation_is_in_the_catalogue_once() -> None:
+    names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
+    assert len(names) == len(set(names))
+    assert len(catalogue.OPERATIONS) == 16
+    for target in catalogue.SPEED_TARGETS:
+        assert catalogue.operation(target.operation).kind != "probe"
+    with pytest.raises(ValueError, match="unknown operation"):
+        catalogue.operation("nope")
+
+
+# ── statistics and formatting ────────────────────────────────────────────────
+
+
+def test_cell_takes_medians_and_keeps_the_spread() -> None:
+    cell = Cell([sample(300, 7), sample(100, 6), sample(200, 6)])
+    assert cell.seconds == pytest.approx(0.2)
+    assert list(cell.requests) == [6, 6, 7]
+    assert report.format_count(cell.requests) == "6 (6–7)"
+    assert report.format_count(Cell([sample(1), sample(2)]).requests) == "1"
+    # The breakdown comes from the median-time repetition.
+    assert cell.routes == {"POST /api/sandboxes/{id}/exec": 6}
+    assert cell.ok
+    assert not Cell([sample(1)], error="boom").ok
+    assert not Cell().ok
+
+
+def test_ratio_and_its_wording() -> None:
+    assert report.ratio(0.1, 0.5) == pytest.approx(0.2)
+    assert report.format_ratio(0.2) == "0.20 (5.0× faster)"
+    assert report.format_ratio(2.0) == "2.00 (2.0× slower)"
+    with pytest.raises(ValueError, match="positive"):
+        report.ratio(0.1, 0)
+    assert [report.format_ms(s) for s in (0.0008, 0.0123, 0.142, 1.2345)] == [
+        "0.8",
+        "12.3",
+        "142",
+        "1,234",
+    ]
+
+
+def test_markdown_table_pads_and_right_aligns_numbers() -> None:
+    table = report.markdown_table(["op", "ms"], [["stat", "5.0"], ["command", "1,234"]])
+    lines = table.splitlines()
+    assert lines[0] == "| op      |    ms |"
+    assert lines[1] == "|---------|------:|"
+    assert lines[3] == "| command | 1,234 |"
+    with pytest.raises(ValueError, match="columns"):
+        report.markdown_table(["a", "b"], [["only one"]])
+
+
+def test_route_names_are_short() -> None:
+    routes = {"POST /api/sandboxes/{id}/exec": 3, "GET /api/sandboxes/{id}/files": 2}
+    assert report.format_routes(routes) == "exec 3, download 2"
+    assert report.route_name("GET /api/sandboxes/{id}/processes") == "GET /processes"
+    assert report.format_routes({}) == "none"
+
+
+# ── tables, targets, pooled what-if, reading, page ───────────────────────────
+
+
+def test_setting_table_shows_counts_times_and_ratio() -> None:
+    result = make_run(command_true={REF: [sample(700, 6)] * 3, OURS: [sample(140, 1)] * 3})
+    result.cell(SLOW, "stat", OURS).error = "GuestProtocolError: broken"
+    result.operations.append(catalogue.operation("stat"))
+    table = report.setting_table(result, SLOW)
+    row = next(line for line in table.splitlines() if "command `true`" in line)
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:] == ["6", "1", "6", "1", "700", "140", "0.20 (5.0× faster)"]
+    stat_row = next(line for line in table.splitlines() if line.startswith("| stat"))
+    assert "failed" in stat_row
+    assert result.failures() == ["20+40 ms, stat, ours: GuestProtocolError: broken"]
+
+
+def test_acceptance_marks_met_and_missed_targets() -> None:
+    result = make_run(
+        command_true={REF: [sample(700, 6)], OURS: [sample(100, 1)]},
+        stat={REF: [sample(100)], OURS: [sample(90, 2)]},
+        step_trivial={REF: [sample(1000)], OURS: [sample(400)]},
+    )
+    lines = report.acceptance_lines(result)
+    assert "✅ command `true`: at most 1 request — ours: at most 1" in lines[0]
+    stat = next(line for line in lines if "stat:" in line)
+    assert stat.startswith("- ❌")
+    assert "at most 2" in stat
+    command = next(line for line in lines if "a workspace command" in line)
+    assert command.startswith("- ✅")
+    assert "7.0×" in command
+    step = next(line for line in lines if "warm smolagents step" in line)
+    assert step.startswith("- ❌")
+    assert "2.5×" in step
+    agent = next(line for line in lines if "CodeAgent" in line)
+    assert agent.startswith("- ⚪")
+    assert "not measured" in agent
+
+
+def test_pooled_table_compares_ours_with_the_pooled_what_if() -> None:
+    result = make_run(
+        command_true={
+            REF: [sample(800, 6)],
+            OURS: [sample(100, 1)],
+            POOLED: [sample(40, 1, connections=0)],
+        },
+        stat={REF: [sample(120)], OURS: [sample(90)]},  # no pooled run: no row
+    )
+    table = report.pooled_table(result, SLOW)
+    assert table is not None
+    rows = table.splitlines()[2:]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert cells == ["command `true`", "1", "0", "100", "40.0", "0.40", "8.0×", "20.0×"]
+    text = "\n".join(reading.reading_lines(result))
+    assert "a workspace command goes from 100 to 40.0 ms with one pooled client" in text
+    assert "(20.0× faster than 0.1.0 instead of 8.0×)" in text
+    assert report.pooled_table(make_run(stat={OURS: [sample(90)]}), SLOW) is None
+
+
+def test_reading_judges_memory_growth() -> None:
+    result = make_run(command_true={REF: [sample(700, 6)], OURS: [sample(100, 1)]})
+
+    def probe(size: int, write: float, beyond: float) -> dict[str, float]:
+        return {"size_mib": size, "write_peak_mib": write, "read_beyond_file_mib": beyond}
+
+    result.cell(SLOW, "read_8m", REF).samples.append(sample(200, 2))
+    result.cell(SLOW, "read_8m", OURS).samples.append(sample(400, 4))
+    result.memory[OURS] = [probe(8, 20, 10), probe(64, 24, 11)]
+    assert "bounded by the chunk size" in "\n".join(reading.reading_lines(result))
+    result.memory[OURS] = [probe(8, 20, 10), probe(64, 90, 70)]
+    text = "\n".join(reading.reading_lines(result))
+    assert "grows with the file size" in text
+    assert "command `true`: 6 → 1" in text
+    assert "7.0×, which meets the 5× target" in text
+    assert "Slower than 0.1.0 at 20 ms per response + 40 ms per new connection: read 8 MiB" in text
+    assert "(2.0× the time, 4 requests against 2)" in text
+
+
+def test_page_has_every_section_and_no_local_paths() -> None:
+    result = make_run(
+        command_true={REF: [sample(700, 6)], OURS: [sample(100, 1)]},
+        probe_new_connection={OURS: [sample(80)]},
+        probe_new_connection_cached_ssl={OURS: [sample(60)]},
+        probe_pooled={OURS: [sample(30)]},
+    )
+    result.memory[OURS] = [
+        {
+            "size_mib": 8,
+            "idle_rss_mib": 70,
+            "write_peak_mib": 20,
+            "read_peak_mib": 18,
+            "read_beyond_file_mib": 10,
+        },
+        {"size_mib": 64, "error": "timed out"},
+    ]
+    result.machine = {"cores": 2, "cpu": "Test CPU", "os": "Linux", "isolation": "namespace"}
+    result.environments = {OURS: {"python": "3.11.7", "versions": {"lizard-core": "0.2.0"}}}
+    page = report.render_page(result, reading.reading_lines(result))
+    for heading in (
+        "# Performance",
+        "## Machine",
+        "## Reproduce",
+        "nox -s bench",
+        "### 20 ms per response + 40 ms per new connection",
+        "### Requests by route",
+        "## Acceptance targets",
+        "## Would a pooled connection matter?",
+        "### One request, 20 ms per response + 40 ms per new connection",
+        "## Host memory",
+        "## Reading",
+    ):
+        assert heading in page
+    assert "Test CPU, 2 cores" in page
+    assert "| ours     | 64 MiB | failed" in page
+    assert str(BENCH.parents[1]) not in page
+
+
+# ── command line ─────────────────────────────────────────────────────────────
+
+
+def test_options_quick_and_full() -> None:
+    quick = run.parse_args(["--quick"])
+    assert quick.reps == 3
+    assert [s.name for s in quick.settings] == ["0", "20+40"]
+    assert [op.name for op in quick.operations][: len(catalogue.QUICK_OPERATIONS)] == list(
+        catalogue.QUICK_OPERATIONS
+    )
+    assert quick.memory_sizes == [8]
+    full = run.parse_args([])
+    assert full.reps == 5
+    assert len(full.settings) == 3
+    assert len(full.operations) == len(catalogue.OPERATIONS) + len(catalogue.PROBES)
+    assert full.memory_sizes == [8, 64]
+    assert full.output == run.DEFAULT_OUTPUT
+    assert full.latency_at == "link"
+    assert full.pooled
+    assert not run.parse_args(["--no-pooled", "--latency-at", "lizard-local"]).pooled
+    chosen = run.parse_args(["--ops", "stat, exists", "--memory-sizes", "none", "--reps", "7"])
+    assert [op.name for op in chosen.operations] == ["stat", "exists"]
+    assert chosen.memory_sizes == []
+    assert chosen.reps == 7
+
+
+@pytest.mark.parametrize("argv", [["--ops", "teleport"], ["--reps", "0"], ["--settings", "x"]])
+def test_bad_options_exit(argv: list[str]) -> None:
+    with pytest.raises(SystemExit):
+        run.parse_args(argv)
+
+
+def test_trust_bundle_holds_public_roots_and_the_local_ca(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\nLOCAL\n-----END CERTIFICATE-----\n")
+    bundle = Path(run.trust_bundle(str(ca), tmp_path)).read_text()
+    assert bundle.endswith(ca.read_text())
+    assert bundle.count("BEGIN CERTIFICATE") > 50
+    with pytest.raises(ValueError, match="TLS"):
+        run.trust_bundle(None, tmp_path)
+
+
+# ── the emulated link ────────────────────────────────────────────────────────
+
+WORK_S = 0.05
+
+
+class _SlowPong(socketserver.StreamRequestHandler):
+    """Upstream: answers each line with "pong" after WORK_S of work."""
+
+    def handle(self) -> None:
+        while self.rfile.readline():
+            time.sleep(WORK_S)
+            self.wfile.write(b"pong\n")
+            self.wfile.flush()
+
+
+@pytest.fixture
+def upstream() -> Iterator[int]:
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), _SlowPong)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def _exchanges(relay: link.Link, count: int) -> list[float]:
+    """Seconds per ping on one TLS connection through the link (the first one opens it)."""
+    context = ssl.create_default_context(cafile=relay.ca_file)
+    times = []
+    start = time.perf_counter()
+    with (
+        socket.create_connection(("127.0.0.1", relay.port)) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as conn,
+    ):
+        for _ in range(count):
+            conn.sendall(b"ping\n")
+            assert conn.recv(16) == b"pong\n"
+            times.append(time.perf_counter() - start)
+            start = time.perf_counter()
+    return times
+
+
+def test_link_latency_adds_to_the_work_and_new_connections_pay_more(
+    upstream: int, tmp_path: Path
+) -> None:
+    with link.Link(upstream, tmp_path) as relay:
+        assert relay.url == f"https://127.0.0.1:{relay.port}"
+        quiet = _exchanges(relay, 3)
+        relay.set_latency(40, connection_ms=100)
+        slow = _exchanges(relay, 3)
+        with pytest.raises(ValueError, match="negative"):
+            relay.set_latency(-1)
+    assert all(t >= WORK_S for t in quiet)
+    # On top of the work, not hidden in it: lizard-local's own injection would give ~WORK_S.
+    assert all(t >= WORK_S + 0.040 for t in slow[1:])
+    assert slow[0] >= WORK_S + 0.040 + 0.100  # a new connection's first request pays both
+
+
+# ── driver and memory probe ──────────────────────────────────────────────────
+
+
+def test_driver_protocol_reports_failures_and_closes() -> None:
+    requests = io.StringIO(
+        "\n".join(
+            json.dumps(r)
+            for r in (
+                {"cmd": "hello"},
+                {"cmd": "prepare", "op": "teleport"},
+                {"cmd": "act"},
+                {"cmd": "finish"},
+                {"cmd": "dance"},
+                {"cmd": "close"},
+            )
+        )
+        + "\n"
+    )
+    replies = io.StringIO()
+    driver.serve(requests, replies)
+    hello, prepare, act, finish, unknown, closed = map(json.loads, replies.getvalue().splitlines())
+    assert hello["ok"]
+    assert hello["python"].count(".") == 2
+    assert "pydantic-ai-lizard" in hello["versions"]
+    assert not prepare["ok"]
+    assert "teleport" in prepare["error"]
+    assert not act["ok"]
+    assert "without a successful prepare" in act["error"]
+    assert finish == {"ok": True}
+    assert not unknown["ok"]
+    assert "dance" in unknown["error"]
+    assert closed == {"ok": True, "closed": True}
+
+
+def test_memory_probe_reads_and_resets_the_peak() -> None:
+    before = memory_probe.rss_kib()
+    assert before > 1000
+    grown = bytearray(64 * 1024 * 1024)
+    start = memory_probe._reset_peak()
+    assert memory_probe._status("VmHWM") - start < 16 * 1024  # reset to about the RSS now
+    del grown
+
+
+# ── a tiny real run ──────────────────────────────────────────────────────────
+
+
+@pytest.mark.parametrize("latency_at", ["link", "lizard-local"])
+def test_one_operation_runs_against_lizard_local_and_is_counted(
+    tmp_path: Path, latency_at: str
+) -> None:
+    output = tmp_path / "performance.md"
+    args = run.parse_args(
+        [
+            "--latency-at",
+            latency_at,
+            "--ops",
+            "command_true",
+            "--settings",
+            "0",
+            "--reps",
+            "2",
+            "--memory-sizes",
+            "none",
+            "--output",
+            str(output),
+        ]
+    )
+    result = run.measure(args)
+    assert result.failures() == []
+    cell = result.get(Setting(0), "command_true", OURS)
+    assert cell is not None
+    assert len(cell.samples) == 3  # a warm operation: 2 * reps - 1
+    assert all(0 < s.seconds < 30 for s in cell.samples)
+    assert list(cell.requests) == [1, 1, 1]  # one streaming exec per command
+    assert cell.routes == {"POST /api/sandboxes/{id}/exec": 1}
+    pooled = result.get(Setting(0), "command_true", POOLED)
+    assert pooled is not None
+    assert list(pooled.requests) == [1, 1, 1]
+    assert pooled.connections[0] == 0  # the kept-alive connection from the previous repetition
+    assert result.environments[OURS]["versions"]["lizard-core"]
+    assert result.machine["isolation"] in ("namespace", "host")
+    assert result.machine["latency_at"] == latency_at
+    page = report.render_page(result, reading.reading_lines(result))
+    assert "command `true`" in page
