@@ -550,3 +550,16 @@ def test_bad_options_are_refused_before_any_request(
 def test_the_executor_registry_entry_point_loads_the_executor() -> None:
     (entry,) = [ep for ep in entry_points(group="smolagents.executors") if ep.name == "lizard"]
     assert entry.load() is LizardExecutor
+
+
+def test_the_0_1_0_sandbox_attribute_warns_and_still_answers(lizard_local: object) -> None:
+    executor = LizardExecutor(template="base")
+    try:
+        with pytest.warns(DeprecationWarning, match="sandbox_id"):
+            sandbox = executor.sandbox
+        assert sandbox is not None
+        assert executor.sandbox_id is not None
+    finally:
+        executor.cleanup()
+    with pytest.warns(DeprecationWarning, match="sandbox_id"):
+        assert executor.sandbox is None

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -193,6 +194,23 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     def sandbox_id(self) -> str | None:
         """The sandbox's id once it exists (or the id given to attach to), else None."""
         return self._session.sandbox_id
+
+    @property
+    def sandbox(self) -> Any:
+        """Deprecated: the lizard-sdk sandbox object (0.1.0 exposed its ``CodeSandbox`` here).
+
+        None once the executor is closed; otherwise the sandbox, created on first access. Use
+        :attr:`sandbox_id`; this attribute goes away in a later release.
+        """
+        warnings.warn(
+            "LizardExecutor.sandbox is deprecated; use LizardExecutor.sandbox_id",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        if self._closed:
+            return None
+        with mapped_errors("opening the sandbox"):
+            return self._session.sandbox()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
