@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -61,6 +62,104 @@ def test_latency_per_response_and_per_connection(lizard_local: LocalServer):
     start = time.monotonic()
     httpx.get(url, headers=headers)
     assert time.monotonic() - start < 0.15 + 0.3  # latency off again (plus client set-up)
+
+
+@pytest.fixture
+def latency(lizard_local: LocalServer) -> Iterator[Callable[..., None]]:
+    """``set_latency`` of the session server, switched off again after the test."""
+    yield lizard_local.set_latency
+    lizard_local.set_latency(0)
+
+
+# The command prints the host clock when it starts: sandboxes share it, so comparing it with the
+# time the call was made shows whether the delay came before the handler started the command.
+START_THEN_SLEEP = "python3 -c 'import time; print(time.time()); time.sleep(0.3)'"
+
+
+def test_latency_adds_to_a_streamed_exec(
+    sandbox: Sandbox, lizard_counters: LocalServer, latency: Callable[..., None]
+):
+    latency(200)
+    lines: list[str] = []
+    wall, start = time.time(), time.monotonic()
+    result = sandbox.process.exec_(START_THEN_SLEEP, on_stdout=lines.append)
+    elapsed = time.monotonic() - start
+    assert result.exit_code == 0
+    assert float(lines[0]) - wall >= 0.19  # the command started after the delay
+    assert elapsed >= 0.49  # 200 ms delay + 300 ms of work, not overlapping
+    counters = lizard_counters.counters()
+    assert counters["routes"] == {"POST /api/sandboxes/{id}/exec": 1}
+    assert counters["total"] == 1
+    assert counters["connections"] == 1
+
+
+def test_latency_adds_to_a_json_exec(
+    sandbox: Sandbox, lizard_counters: LocalServer, latency: Callable[..., None]
+):
+    latency(200)
+    wall, start = time.time(), time.monotonic()
+    result = sandbox.process.exec_(START_THEN_SLEEP)
+    elapsed = time.monotonic() - start
+    assert result.exit_code == 0
+    assert float(result.stdout) - wall >= 0.19
+    assert elapsed >= 0.49
+    assert lizard_counters.counters() == {
+        "total": 1,
+        "connections": 1,
+        "routes": {"POST /api/sandboxes/{id}/exec": 1},
+    }
+
+
+def test_connection_latency_adds_to_a_streamed_exec(sandbox: Sandbox, latency: Callable[..., None]):
+    latency(0, connection_ms=200)  # the SDK opens a new connection for every call
+    lines: list[str] = []
+    wall, start = time.time(), time.monotonic()
+    sandbox.process.exec_(START_THEN_SLEEP, on_stdout=lines.append)
+    assert float(lines[0]) - wall >= 0.19
+    assert time.monotonic() - start >= 0.49
+
+
+def test_connection_latency_is_paid_once_per_new_connection(
+    lizard_counters: LocalServer, latency: Callable[..., None]
+):
+    url = lizard_counters.url + "/api/projects"
+    headers = {"X-API-Key": lizard_counters.api_key}
+    latency(0, connection_ms=300)
+    timings: list[float] = []
+    for _ in range(2):  # two connections, three requests on each
+        with httpx.Client(headers=headers) as client:
+            for _ in range(3):
+                start = time.monotonic()
+                assert client.get(url).status_code == 200
+                timings.append(time.monotonic() - start)
+    for first in (timings[0], timings[3]):
+        assert first >= 0.29
+    for reused in timings[1:3] + timings[4:]:
+        assert reused < 0.25
+    assert lizard_counters.counters() == {
+        "total": 6,
+        "connections": 2,
+        "routes": {"GET /api/projects": 6},
+    }
+
+
+def test_errors_wait_too(lizard_counters: LocalServer, latency: Callable[..., None]):
+    latency(200)
+    start = time.monotonic()
+    answer = httpx.get(lizard_counters.url + "/api/projects", headers={"X-API-Key": "wrong"})
+    assert answer.status_code == 401
+    assert time.monotonic() - start >= 0.19
+    assert lizard_counters.counters()["routes"] == {"GET /api/projects": 1}
+
+
+def test_arrival_counts_and_prices_the_delay():
+    instr = Instrumentation(latency_s=0.1, connection_latency_s=0.5)
+    assert instr.arrive("GET /x", new_connection=True) == pytest.approx(0.6)
+    assert instr.arrive("GET /x", new_connection=False) == pytest.approx(0.1)
+    assert instr.arrive("GET /y", new_connection=True) == pytest.approx(0.6)
+    assert instr.snapshot() == {"total": 3, "connections": 2, "routes": {"GET /x": 2, "GET /y": 1}}
+    instr.latency_s = 0
+    assert instr.arrive("GET /x", new_connection=False) == 0
 
 
 def test_injected_5xx_on_the_next_requests_of_a_route(sandbox: Sandbox, lizard_local: LocalServer):

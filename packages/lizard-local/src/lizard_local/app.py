@@ -1,11 +1,13 @@
 """The ASGI application: the Lizard API subset under ``/api`` and the control API under ``/_local``.
 
-Request handling order: collapse duplicate slashes, match the route, count it, authenticate
+Request handling order: collapse duplicate slashes, match the route, count it, wait the injected
+latency (per request, plus per new connection on its first ``/api`` request), authenticate
 (``X-API-Key`` or ``Authorization: Bearer``; 401 otherwise), apply an injected fault, run the
-handler, add injected latency, answer. Every error is a JSON body the SDK maps to its exceptions
-(400 ``LizardError``, 401 ``AuthenticationError``, 404 ``NotFoundError``, 409 ``ConflictError``,
-413, 429 ``LimitExceededError``, 501). An exception in a handler is a 500 and the server keeps
-serving.
+handler, answer. The latency is paid before the handler so that it adds to the handler's work:
+paid afterwards it would overlap a streamed exec, whose command runs while the response streams.
+Every error is a JSON body the SDK maps to its exceptions (400 ``LizardError``, 401
+``AuthenticationError``, 404 ``NotFoundError``, 409 ``ConflictError``, 413, 429
+``LimitExceededError``, 501). An exception in a handler is a 500 and the server keeps serving.
 """
 
 from __future__ import annotations
@@ -225,18 +227,22 @@ class LizardApp:
         path = _SLASHES.sub("/", scope["path"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         control = path.startswith("/_local/")
-        latency = 0.0
         try:
             route, exists = self._match(self.control if control else self.routes, method, path)
             if not control:
-                self.instr.count(route.key if route else f"{method} <unmatched>")
-                latency = self.instr.latency_s
+                # No connection state means the app runs outside our server: treat every
+                # request as a new connection.
                 conn: ConnectionState | None = scope.get("lizard.connection")
-                if conn is None or not conn.counted:
-                    self.instr.connections += 1
-                    if conn is not None:
-                        conn.counted = True
-                    latency += self.instr.connection_latency_s
+                new_connection = conn is None or not conn.counted
+                if conn is not None:
+                    conn.counted = True
+                delay = self.instr.arrive(
+                    route.key if route else f"{method} <unmatched>", new_connection=new_connection
+                )
+                # Before the handler: a streamed exec starts its command in the handler, so a
+                # delay paid later would overlap the command instead of adding to it.
+                if delay > 0:
+                    await asyncio.sleep(delay)
             self._authenticate(headers)
             if route is None:
                 if exists:
@@ -266,8 +272,6 @@ class LizardApp:
         except Exception as exc:
             log.exception("internal error on %s %s", method, path)
             response = json_response({"error": f"Internal error: {exc!r}", "code": "INTERNAL"}, 500)
-        if latency > 0:
-            await asyncio.sleep(latency)
         await self._send(response, send)
 
     def _authenticate(self, headers: dict[str, str]) -> None:

@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int, default=0, help="port (0 = pick a free one)")
     serve.add_argument("--tls", action="store_true", help="serve https with a generated CA")
     serve.add_argument(
-        "--latency-ms", type=float, default=0, help="latency added to every API response"
+        "--latency-ms", type=float, default=0, help="delay (ms) before every API request is handled"
     )
     serve.add_argument(
         "--api-key",

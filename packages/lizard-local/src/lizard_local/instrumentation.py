@@ -4,8 +4,11 @@
   (``"POST /api/sandboxes/{id}/exec"``; unknown paths count as ``"<METHOD> <unmatched>"``);
   ``connections`` counts TCP connections that carried at least one ``/api`` request. Control
   requests under ``/_local`` are never counted.
-- Latency: ``latency_s`` is added before every ``/api`` response; ``connection_latency_s`` once
-  more on the first ``/api`` request of each new connection (a slow connection set-up).
+- Latency: every ``/api`` request waits ``latency_s`` before its handler runs, and the first
+  ``/api`` request of each new connection waits ``connection_latency_s`` more (a slow connection
+  set-up). Waiting before the handler, not after it, makes the delay add to the work for every
+  response: a streamed exec's command only starts once the delay is over, as on a real link,
+  instead of running during it. Errors (401, 404, injected faults) wait too.
 - Faults: the next ``count`` requests of a route answer ``status`` (5xx, or 429 with
   ``retryAfterS``) without reaching the handler; the next ``count`` SSE exec streams are dropped
   (connection closed with no exit event) after ``after_events`` events.
@@ -76,6 +79,20 @@ class Instrumentation:
         """Count one request."""
         self.total += 1
         self.routes[route] += 1
+
+    def arrive(self, route: str, *, new_connection: bool) -> float:
+        """Count one ``/api`` request; the seconds it must wait before its handler runs.
+
+        ``new_connection`` is True for the first ``/api`` request of a connection: it counts the
+        connection and pays ``connection_latency_s`` on top of ``latency_s``. The latency is read
+        here, once per request, so a request pays what was set when it arrived.
+        """
+        self.count(route)
+        delay = self.latency_s
+        if new_connection:
+            self.connections += 1
+            delay += self.connection_latency_s
+        return delay
 
     def snapshot(self) -> dict[str, Any]:
         """Counters as JSON-ready data."""

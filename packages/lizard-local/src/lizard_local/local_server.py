@@ -300,7 +300,11 @@ class LocalServer:
         self._call("POST", "/_local/counters/reset", {})
 
     def set_latency(self, ms: float, connection_ms: float = 0) -> None:
-        """Latency added to every API response, plus once per new connection."""
+        """Delay every API request by ``ms``, plus ``connection_ms`` once per new connection.
+
+        The delay is paid before the request is handled, so it adds to every response, streamed
+        exec included; ``connection_ms`` is paid by the first API request of each connection.
+        """
         self._call("POST", "/_local/latency", {"ms": ms, "connectionMs": connection_ms})
 
     def inject_fault(
