@@ -34,15 +34,21 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
 
 def _expose_pyenv_versions() -> None:
-    """Let `python3.12`-style shims resolve when pyenv holds several versions but selects one."""
-    if "PYENV_VERSION" in os.environ or shutil.which("pyenv") is None:
+    """Let `python3.12`-style shims resolve when pyenv holds several versions but selects one.
+
+    pyenv's shims run only the versions named in PYENV_VERSION (which `pyenv exec` sets to the
+    selected one when nox itself runs through a shim), so every installed version is appended.
+    """
+    if shutil.which("pyenv") is None:
         return
     bare = subprocess.run(
         ["pyenv", "versions", "--bare"], capture_output=True, text=True, check=False
     )
-    versions = [v for v in bare.stdout.split() if v[:1].isdigit() and "/" not in v]
-    if versions:
-        os.environ["PYENV_VERSION"] = ":".join(versions)
+    installed = [v for v in bare.stdout.split() if v[:1].isdigit() and "/" not in v]
+    selected = [v for v in os.environ.get("PYENV_VERSION", "").split(":") if v]
+    others = [v for v in installed if v not in selected]
+    if others:
+        os.environ["PYENV_VERSION"] = ":".join(selected + others)
 
 
 _expose_pyenv_versions()
