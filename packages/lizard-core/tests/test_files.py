@@ -171,7 +171,10 @@ def test_large_files_move_in_chunks(files: SandboxFiles, scratch: str, api_reque
     assert b"".join(pieces) == data
     # Check and first chunk, then a copy per further chunk, and a GET per chunk.
     assert api_requests.counts() == {EXEC: 3, GET_FILE: 3}
+    api_requests.reset()
     assert files.read_bytes(path) == data
+    # A whole read: the guest's check, then one GET of the entire file.
+    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
     # Nothing is left in the job root once the next request has run.
     assert sh(files.session, "ls -A /tmp/.lizard-core") == b""
 

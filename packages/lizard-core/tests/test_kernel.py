@@ -123,6 +123,22 @@ def test_first_execute_costs_create_plus_one_and_later_ones_one(lizard_counters:
         session.destroy()
 
 
+def test_cells_share_the_sessions_one_connection(lizard_counters: Any) -> None:
+    session = _session("base")
+    try:
+        kernel = Kernel(session)
+        _run(kernel, "x = 1")  # creates the sandbox and opens the session's connection
+        lizard_counters.reset_counters()
+        for code in ("x + 1", "print(x)", "x * 3", "1/0", "x"):
+            _run(kernel, code)
+        counters = lizard_counters.counters()
+        assert counters["routes"][EXEC] == 5
+        assert counters["connections"] <= 1  # five cells, at most one new connection
+        kernel.close()
+    finally:
+        session.destroy()
+
+
 def test_nothing_is_requested_for_bad_arguments(lizard_counters: Any) -> None:
     session = _session("base")
     kernel = Kernel(session)

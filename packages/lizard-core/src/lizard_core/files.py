@@ -24,15 +24,20 @@ Contract (proven against lizard-local in ``tests/test_files.py``):
   past it one more request fetches the rest), exists, realpath, make_dir, remove. One for a
   read of up to :data:`READ_INLINE` bytes, and up to :data:`READ_COMPRESSED` bytes when the
   file compresses to fit (returned inside the exec stream, which the platform caps at 512 KiB);
-  otherwise two (the guest checks the file, then ``GET files`` fetches it raw). One for a write
-  of up to :data:`WRITE_INLINE` bytes (carried in the exec's argv). Larger files move in
-  :data:`CHUNK_SIZE` pieces: a read costs 2 requests up to one chunk, then 2 per chunk (copy to
-  a job file, ``GET`` it); a write costs one ``POST files`` per chunk plus one exec that
-  assembles them. The first operation on a new sandbox also pays its create.
+  otherwise two (the guest checks the file, then ``GET files`` fetches it raw), whatever its
+  size. One for a write of up to :data:`WRITE_INLINE` bytes (carried in the exec's argv).
+  :meth:`SandboxFiles.iter_bytes` moves larger files in :data:`CHUNK_SIZE` pieces: 2 requests up
+  to one chunk, then 2 per chunk (copy to a job file, ``GET`` it); a write costs one
+  ``POST files`` per chunk plus one exec that assembles them. The first operation on a new
+  sandbox also pays its create. Every exec and files request goes through the session's pooled
+  connection (:meth:`Session.transport <lizard_core.session.Session.transport>`), so
+  consecutive operations open no new connection.
 - **Memory.** Besides the data itself (what :meth:`SandboxFiles.read_bytes` returns, or what
-  :meth:`SandboxFiles.write_bytes` was given), a large transfer holds one chunk in flight on
-  the host (plus its base64 form during an upload) and one 1 MiB copy block in the guest, whose
-  job directory holds at most one chunk for a read. :meth:`SandboxFiles.iter_bytes` and
+  :meth:`SandboxFiles.write_bytes` was given), a large upload holds one chunk in flight on
+  the host (plus its base64 form) and :meth:`SandboxFiles.iter_bytes` one chunk, with one
+  1 MiB copy block in the guest, whose job directory holds at most one chunk.
+  :meth:`SandboxFiles.read_bytes` returns the fetched body itself (httpx joins the response as
+  it arrives), never a second joined copy. :meth:`SandboxFiles.iter_bytes` and
   :meth:`SandboxFiles.write_chunks` keep whole files out of host memory altogether.
 - **Async.** Every operation has an ``a``-prefixed coroutine. A cancelled task waits for the
   operation already sent to finish (file operations are short and must not be cut halfway),
@@ -88,7 +93,10 @@ WRITE_INLINE: Final = 1024 * 1024
 """Writes up to this size travel in the exec's argv (about 1.4 MB of base64 in items of 96 KiB,
 under the kernel's 128 KiB per-argument and 2 MiB total limits): one request."""
 CHUNK_SIZE: Final = 4 * 1024 * 1024
-"""Larger files move in pieces of this size, one request (or two, for reads) per piece."""
+"""Writes and ``iter_bytes`` move larger files in pieces of this size: one request (or two,
+for ``iter_bytes``) per piece."""
+_WHOLE: Final = 2**63 - 1
+"""A chunk size no file reaches: read the file in one piece."""
 LIST_BUDGET: Final = 256 * 1024
 """Bytes of directory entries sent inside the exec stream; the rest is spilled and fetched."""
 _FILE_EXEC_S: Final = 600.0
@@ -229,14 +237,22 @@ class SandboxFiles:
         rows.sort(key=lambda row: row[0])
         return [FileStat._from_row(posixpath.join(base, row[0]), row) for row in rows]
 
-    def _iter_bytes(self, sandbox: Any, path: str) -> Generator[bytes, None, None]:
+    def _read_bytes(self, sandbox: Any, path: str) -> bytes:
+        # Whole: the guest's check, then (past the inline budgets) one GET of the entire file.
+        # The one piece is returned as it is, not joined, so the file is never held twice.
+        return next(self._iter_bytes(sandbox, path, whole=True))
+
+    def _iter_bytes(
+        self, sandbox: Any, path: str, *, whole: bool = False
+    ) -> Generator[bytes, None, None]:
         frames: list[bytes] = []
         request = {
             "op": "read",
             "path": path,
             "inline": READ_INLINE,
             "zip": READ_COMPRESSED,
-            "chunk": CHUNK_SIZE,
+            # Larger than any file when ``whole``: the guest then copies nothing to a job file.
+            "chunk": _WHOLE if whole else CHUNK_SIZE,
         }
         final = self._op(sandbox, request, on_frame=_data_frames(frames))
         if "n" in final:
@@ -306,7 +322,13 @@ class SandboxFiles:
         try:
             for index, chunk in enumerate(chunks):
                 name = f"{job}/w{index:06d}"
-                self._session.call(sandbox.fs.write, name, chunk, idempotent=True)
+                self._session.call(
+                    self._session.transport().write_bytes,
+                    str(sandbox.sandbox_id),
+                    name,
+                    chunk,
+                    idempotent=True,
+                )
                 staged.append(name)
                 total += len(chunk)
             final = self._op(sandbox, {"op": "write", "path": path, "staged": staged})
@@ -341,7 +363,7 @@ class SandboxFiles:
     def read_bytes(self, path: str) -> bytes:
         """The contents of the regular file ``path``."""
         path = _check_path(path)
-        return b"".join(self._iter_bytes(self._session.sandbox(), path))
+        return self._read_bytes(self._session.sandbox(), path)
 
     def iter_bytes(self, path: str) -> Iterator[bytes]:
         """The contents of ``path`` in pieces of at most :data:`CHUNK_SIZE` bytes."""
@@ -398,7 +420,7 @@ class SandboxFiles:
     async def aread_bytes(self, path: str) -> bytes:
         """Async :meth:`read_bytes`."""
         path = _check_path(path)
-        return await self._arun(lambda sandbox, p: b"".join(self._iter_bytes(sandbox, p)), path)
+        return await self._arun(self._read_bytes, path)
 
     async def aiter_bytes(self, path: str) -> AsyncIterator[bytes]:
         """Async :meth:`iter_bytes`: each piece is fetched in a worker thread."""

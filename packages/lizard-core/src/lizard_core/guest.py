@@ -1,9 +1,9 @@
 """The host side of the guest protocol: one streaming exec per operation, read as frames.
 
 A guest program (standard-library Python in :mod:`lizard_core._guest`) runs as
-``python3 -I -S -c <program> <call id> <k> <request part>... <data>...`` through the SDK's
-streaming ``sandbox.process.exec_``. Its stdout is a framed channel. Contract, for every program
-run through :func:`run_guest` (commands, files, and the kernel client):
+``python3 -I -S -c <program> <call id> <k> <request part>... <data>...`` through a streaming
+exec (``POST /api/sandboxes/{id}/exec``). Its stdout is a framed channel. Contract, for every
+program run through :func:`run_guest` (commands, files, and the kernel client):
 
 - **Frames.** Every stdout line is one JSON object with a type ``t``, well under the platform's
   64 KiB line split (the agent keeps lines near 32 KiB; should a platform split them anyway, the
@@ -46,8 +46,17 @@ run through :func:`run_guest` (commands, files, and the kernel client):
 - **Credentials.** Nothing but the program, the call id and the request goes into argv; the
   API key never does.
 
+- **Connections.** With ``session=``, the exec goes through the session's pooled client
+  (:meth:`Session.transport <lizard_core.session.Session.transport>`, see
+  :mod:`lizard_core._transport`), speaking the SDK's wire contract and raising its errors;
+  without it, through the SDK's ``sandbox.process.exec_``. :func:`fetch_file` always uses the
+  session's pooled client.
+
 Costs: one exec request per call; stopping a guest costs one more; a broken stream costs one
-``GET`` of the sandbox record.
+``GET`` of the sandbox record. With ``session=``, consecutive calls (and the session's files
+requests) reuse one kept-alive connection: no new connection or SSL context per request, only
+the first request of a session (or one after :data:`~lizard_core._transport.KEEPALIVE_S`
+idle) opens one.
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ from __future__ import annotations
 import base64
 import concurrent.futures
 import contextlib
+import functools
 import json
 import logging
 import queue
@@ -326,7 +336,13 @@ class _GuestCall:
         reader = _LineReader(lambda kind, value: self.events.put((kind, value)))
         try:
             with translated(sandbox_id=self.sandbox_id):
-                result = self.sandbox.process.exec_(
+                # With a session, its pooled connection; without one, the SDK's own call.
+                exec_ = (
+                    self.sandbox.process.exec_
+                    if self.session is None
+                    else functools.partial(self.session.transport().exec_stream, self.sandbox_id)
+                )
+                result = exec_(
                     self.argv,
                     timeout_ms=self.exec_timeout_ms,
                     on_stdout=reader.feed,
@@ -636,17 +652,23 @@ def check_outcome(final: Frame) -> Frame:
 def fetch_file(session: Session, sandbox: Any, path: str) -> bytes | None:
     """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
 
-    One ``GET files`` request, retried on transient errors. A 404 that says the sandbox itself
-    is gone raises :class:`~lizard_core.errors.SandboxGoneError`, not None.
+    One ``GET files`` request over the session's pooled connection, retried on transient
+    errors. A 404 that says the sandbox itself is gone raises
+    :class:`~lizard_core.errors.SandboxGoneError`, not None.
     """
+    sandbox_id = str(sandbox.sandbox_id)
     try:
         data: bytes = session.call(
-            sandbox.fs.read_bytes, path, idempotent=True, passthrough=(lizard.NotFoundError,)
+            session.transport().read_bytes,
+            sandbox_id,
+            path,
+            idempotent=True,
+            passthrough=(lizard.NotFoundError,),
         )
     except lizard.NotFoundError as exc:
         code = getattr(exc, "code", None)
         if code == "SANDBOX_NOT_FOUND" or (code is None and "sandbox" in str(exc).lower()):
-            raise translate(exc, sandbox_id=str(sandbox.sandbox_id)) from None
+            raise translate(exc, sandbox_id=sandbox_id) from None
         return None
     return data
 

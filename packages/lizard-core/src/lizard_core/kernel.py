@@ -69,8 +69,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import lizard
-
 from lizard_core._guest import source
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
@@ -78,6 +76,7 @@ from lizard_core.guest import (
     Cancellation,
     Frame,
     arun_cancellable,
+    fetch_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -616,15 +615,13 @@ class Kernel:
         if posixpath.dirname(job) != JOBS_ROOT or posixpath.basename(path) != "frames":
             raise GuestProtocolError(f"The kernel named an unexpected spill file: {path!r}")
         try:
-            data: bytes = self._session.call(
-                sandbox.fs.read_bytes, path, idempotent=True, passthrough=(lizard.NotFoundError,)
-            )
-        except lizard.NotFoundError:
-            raise GuestProtocolError(
-                f"The kernel's spilled output {path} vanished before it was fetched."
-            ) from None
+            data = fetch_file(self._session, sandbox, path)
         finally:
             schedule_cleanup(sandbox, job)  # removed by the next guest request, at no cost
+        if data is None:
+            raise GuestProtocolError(
+                f"The kernel's spilled output {path} vanished before it was fetched."
+            )
         for line in data.split(b"\n"):
             if not line:
                 continue
@@ -669,6 +666,7 @@ class Kernel:
             request,
             on_frame=on_frame,
             program_name="kernel_client",
+            session=self._session,
             exec_timeout_s=deadline_s + 30.0,
             deadline_s=deadline_s,
             cancel=cancel,

@@ -45,10 +45,17 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   failures with backoff, honouring ``retry_after``; a create is never retried, because it may
   have succeeded before the failure (a 429 on create surfaces as
   :class:`~lizard_core.errors.QuotaError` with ``retry_after``).
-- **Credentials.** The API key goes only to the SDK, as an argument; never into the sandbox's
+- **Credentials.** The API key goes only to the SDK, as an argument, and to the pooled
+  client's ``X-API-Key`` header; never into the sandbox's
   environment, argv, files, logs or error text.
 - **Project.** Creating needs a project; attaching does not. A session without ``sandbox_id``
   whose configuration names no project raises :class:`ValueError` at construction.
+
+- **One pooled connection.** :meth:`Session.transport` is the session's
+  :class:`~lizard_core._transport.Transport`: one ``httpx.Client``, made on first use, through
+  which the guest layer sends its streaming execs and files requests, so consecutive operations
+  reuse one kept-alive connection instead of a new connection (and SSL context) per request.
+  :meth:`Session.destroy` and :meth:`Session.close` close it. Lifecycle calls stay on the SDK.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
 ``GET /api/projects`` that resolves the project reference); no read-back follows the create.
@@ -71,6 +78,7 @@ from lizard import Sandbox
 
 from lizard_core._bridge import run_blocking, wait_done
 from lizard_core._retry import RetryPolicy
+from lizard_core._transport import Transport
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import LizardIntegrationError, SandboxGoneError, translated
 
@@ -164,6 +172,7 @@ class Session:
         self._destroyed = False
         # monotonic time at which keep-alive should next extend the lifetime
         self._extend_due: float | None = None
+        self._transport: Transport | None = None  # the pooled client, made on first use
 
     # ── public state ─────────────────────────────────────────────────────
 
@@ -216,6 +225,20 @@ class Session:
                 f"Session(sandbox_id={self._sandbox_id!r}, state={state}, "
                 f"created={self._created}, keep_alive={self._keep_alive})"
             )
+
+    def transport(self) -> Transport:
+        """This session's pooled client for exec and files requests (see :mod:`._transport`).
+
+        Made on first use (no request; its connection opens with the first request sent) and
+        shared by every thread; closed by :meth:`destroy` / :meth:`close`, after which this
+        raises :class:`~lizard_core.errors.SandboxGoneError` like any other use.
+        """
+        with self._lock:
+            if self._destroyed or self._closed:
+                self._check_usable()
+            if self._transport is None:
+                self._transport = Transport(**self.api_kwargs())
+            return self._transport
 
     # ── acquisition ──────────────────────────────────────────────────────
 
@@ -538,13 +561,21 @@ class Session:
             with self._lock:
                 sandbox, sandbox_id = self._sandbox, self._sandbox_id
                 known_gone = self._gone and not self._gone_listed
-            if kill and sandbox_id is not None and not known_gone:
-                handle = (
-                    sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
-                )
-                # kill() answers False for a sandbox that is already gone: that counts as done.
-                self._call_with_retries(handle.kill, idempotent=True)
-                _log.debug("destroyed sandbox %s", sandbox_id)
+            try:
+                if kill and sandbox_id is not None and not known_gone:
+                    handle = (
+                        sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
+                    )
+                    # kill() answers False for a sandbox already gone: that counts as done.
+                    self._call_with_retries(handle.kill, idempotent=True)
+                    _log.debug("destroyed sandbox %s", sandbox_id)
+            finally:
+                # The session is closed either way, so its pooled connection goes now (after
+                # the kill, so that a stream in flight ends with its sandbox, not before).
+                with self._lock:
+                    transport, self._transport = self._transport, None
+                if transport is not None:
+                    transport.close()
             if sandbox is not None:
                 sandbox.close()  # releases the SDK's connection pool, if it made one
             with self._lock:

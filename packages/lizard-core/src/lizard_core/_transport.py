@@ -1,0 +1,182 @@
+"""One pooled HTTP connection per session for the hot paths: the streaming exec and files.
+
+lizard-sdk sends every request through a module-level ``httpx`` call, which opens a new
+connection and builds a new SSL context (about 17 ms of CPU) each time. A :class:`Transport`
+holds one ``httpx.Client`` per :class:`~lizard_core.session.Session` instead, so consecutive
+commands and file operations of a session reuse one kept-alive connection. Contract:
+
+- **Only the hot paths.** :meth:`Transport.exec_stream` (the streaming exec of the guest
+  protocol), :meth:`Transport.read_bytes` (``GET files``) and :meth:`Transport.write_bytes`
+  (``POST files``, base64). Lifecycle calls (create, connect, kill, set_timeout, get_info) stay
+  on the SDK.
+- **The SDK's wire contract, exactly** (``lizard/sandbox/process.py`` and ``fs.py``): the same
+  URLs (``{api_url}/api/sandboxes/{id}/exec`` and ``.../files``), headers (``X-API-Key``,
+  ``Content-Type: application/json``, and ``Accept: text/event-stream`` for the exec), JSON
+  bodies (``cmd``, ``timeoutMs``, ``pidEvent``; ``path``, ``content``, ``encoding``), query
+  (``path``) and SSE parsing (``data:`` lines, non-JSON frames skipped, ``line``/``stream``,
+  ``pid`` and ``exitCode`` events). Timeouts are the SDK's: ``timeout_ms / 1000`` (default
+  60 s) for an exec, 60 s for files, each as httpx's per-operation (connect, read, write,
+  pool) limit.
+- **The SDK's errors.** A non-2xx response is read and handed to lizard-sdk's own
+  ``lizard.errors.handle_api_error``, so it raises the same ``lizard`` exception the SDK would
+  (and :func:`lizard_core.errors.translate` maps it unchanged); httpx transport errors
+  propagate as they are.
+- **Lifecycle.** The client is created on first use, once, however many threads ask; requests
+  from several threads share its pool (httpx's ``Client`` is thread-safe). :meth:`close`
+  closes it; a transport used after ``close`` raises
+  :class:`~lizard_core.errors.SandboxGoneError`, like the session it belongs to. Idle
+  connections are dropped after :data:`KEEPALIVE_S`, below common servers' keep-alive
+  timeouts (uvicorn: 5 s), so a reused connection is rarely one the server is closing.
+- **Credentials.** The API key goes only into the ``X-API-Key`` header; ``repr`` shows the URL
+  alone, and no log or error text carries the key.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import httpx
+from lizard.errors import handle_api_error
+
+from lizard_core.errors import SandboxGoneError
+
+__all__ = ["FILES_TIMEOUT_S", "KEEPALIVE_S", "ExecResult", "Transport"]
+
+FILES_TIMEOUT_S: Final = 60.0
+"""The SDK's ``HTTP_TIMEOUT_S`` for files requests."""
+KEEPALIVE_S: Final = 4.0
+"""How long an idle pooled connection is kept for reuse."""
+_DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What a streaming exec returns, as the SDK's ``ProcessResult``."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+class Transport:
+    """A lazily created, thread-safe pooled ``httpx.Client`` for one session's hot paths."""
+
+    def __init__(self, api_url: str, api_key: str) -> None:
+        self._api_url = api_url
+        # The SDK's ConnectionConfig.headers, exactly; the key lives here and nowhere else.
+        self._headers: Final = {"X-API-Key": api_key, "Content-Type": "application/json"}
+        self._lock = threading.Lock()
+        self._client: httpx.Client | None = None
+        self._closed = False
+
+    def __repr__(self) -> str:
+        with self._lock:
+            state = "closed" if self._closed else "open" if self._client else "lazy"
+        return f"Transport(api_url={self._api_url!r}, state={state})"
+
+    def _get_client(self) -> httpx.Client:
+        with self._lock:
+            if self._closed:
+                raise SandboxGoneError("This session was destroyed or closed; start a new Session.")
+            if self._client is None:
+                # httpx's defaults otherwise, as the SDK's module-level calls use them (trust
+                # env, certifi, no redirects), so TLS and proxies behave as before.
+                self._client = httpx.Client(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+            return self._client
+
+    def _url(self, sandbox_id: str, route: str) -> str:
+        return f"{self._api_url}/api/sandboxes/{sandbox_id}/{route}"
+
+    def exec_stream(
+        self,
+        sandbox_id: str,
+        cmd: Sequence[str],
+        *,
+        timeout_ms: int | None = None,
+        on_stdout: Callable[[str], None] | None = None,
+        on_stderr: Callable[[str], None] | None = None,
+        on_pid: Callable[[int], None] | None = None,
+    ) -> ExecResult:
+        """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool."""
+        body: dict[str, Any] = {"cmd": [str(a) for a in cmd]}
+        if timeout_ms:
+            body["timeoutMs"] = timeout_ms
+        if on_pid is not None:
+            body["pidEvent"] = True
+        timeout = (timeout_ms or _DEFAULT_EXEC_TIMEOUT_MS) / 1000
+        headers = {**self._headers, "Accept": "text/event-stream"}
+        stdout_parts: list[str] = []
+        stderr_parts: list[str] = []
+        exit_code = 0
+        client = self._get_client()
+        with client.stream(
+            "POST", self._url(sandbox_id, "exec"), headers=headers, json=body, timeout=timeout
+        ) as res:
+            if not res.is_success:
+                res.read()
+                handle_api_error(res.status_code, res.text)
+            for raw in res.iter_lines():
+                if not raw.startswith("data:"):
+                    continue
+                try:
+                    ev = json.loads(raw[5:].strip())
+                except ValueError:
+                    continue  # a partial or non-JSON keepalive frame, as the SDK skips it
+                if not isinstance(ev, dict):
+                    continue  # the SDK would fail on .get(); such a frame carries nothing
+                line = ev.get("line")
+                if line is not None:
+                    if ev.get("stream") == "stderr":
+                        stderr_parts.append(line)
+                        if on_stderr is not None:
+                            on_stderr(line)
+                    else:
+                        stdout_parts.append(line)
+                        if on_stdout is not None:
+                            on_stdout(line)
+                if ev.get("pid") is not None and on_pid is not None:
+                    on_pid(ev["pid"])
+                if ev.get("exitCode") is not None:
+                    exit_code = ev["exitCode"]
+        return ExecResult("\n".join(stdout_parts), "\n".join(stderr_parts), exit_code)
+
+    def read_bytes(self, sandbox_id: str, path: str) -> bytes:
+        """``sandbox.fs.read_bytes(path)`` over the pool: one ``GET files``."""
+        res = self._get_client().get(
+            self._url(sandbox_id, "files"),
+            headers=self._headers,
+            params={"path": path},
+            timeout=FILES_TIMEOUT_S,
+        )
+        if not res.is_success:
+            handle_api_error(res.status_code, res.text)
+        return res.content
+
+    def write_bytes(self, sandbox_id: str, path: str, data: bytes) -> None:
+        """``sandbox.fs.write(path, data)`` for bytes over the pool: one ``POST files``."""
+        body = {
+            "path": path,
+            "content": base64.b64encode(bytes(data)).decode("ascii"),
+            "encoding": "base64",
+        }
+        res = self._get_client().post(
+            self._url(sandbox_id, "files"),
+            headers=self._headers,
+            json=body,
+            timeout=FILES_TIMEOUT_S,
+        )
+        if not res.is_success:
+            handle_api_error(res.status_code, res.text)
+
+    def close(self) -> None:
+        """Close the pool (idempotent); later use raises SandboxGoneError."""
+        with self._lock:
+            client, self._client = self._client, None
+            self._closed = True
+        if client is not None:
+            client.close()
