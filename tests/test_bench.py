@@ -276,7 +276,7 @@ def test_options_quick_and_full() -> None:
     assert full.memory_sizes == [8, 64]
     assert full.output == run.DEFAULT_OUTPUT
     assert full.latency_at == "link"
-    assert full.pooled
+    assert not full.pooled  # lizard_core pools its own connections now
     assert not run.parse_args(["--no-pooled", "--latency-at", "lizard-local"]).pooled
     chosen = run.parse_args(["--ops", "stat, exists", "--memory-sizes", "none", "--reps", "7"])
     assert [op.name for op in chosen.operations] == ["stat", "exists"]
@@ -422,6 +422,7 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
             "2",
             "--memory-sizes",
             "none",
+            "--pooled",
             "--output",
             str(output),
         ]
@@ -434,6 +435,7 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
     assert all(0 < s.seconds < 30 for s in cell.samples)
     assert list(cell.requests) == [1, 1, 1]  # one streaming exec per command
     assert cell.routes == {"POST /api/sandboxes/{id}/exec": 1}
+    assert max(cell.connections) <= 1  # lizard_core keeps the session's connection open
     pooled = result.get(Setting(0), "command_true", POOLED)
     assert pooled is not None
     assert list(pooled.requests) == [1, 1, 1]
