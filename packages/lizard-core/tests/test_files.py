@@ -394,11 +394,11 @@ def test_remove_deletes_files_trees_and_links_themselves(
 def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(
     module_session: Any, scratch: str
 ) -> None:
-    work = f"{scratch}/project/work"
+    work = f"{scratch}/project/cwd"
     files = SandboxFiles(module_session, protected=[work])
     files.make_dir(work)
     files.write_bytes(f"{work}/keep", b"x")
-    sh(module_session, 'cd "$1" && ln -s project alias && ln -s project/work worklink', scratch)
+    sh(module_session, 'cd "$1" && ln -s project alias && ln -s project/cwd cwdlink', scratch)
     refused = [
         work,
         f"{work}/",
@@ -406,8 +406,8 @@ def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(
         f"{scratch}/project",
         scratch,
         "/tmp",
-        f"{scratch}/alias/work",  # through a symlinked parent
-        f"{scratch}/alias/work/..",
+        f"{scratch}/alias/cwd",  # through a symlinked parent
+        f"{scratch}/alias/cwd/..",
         f"{work}/../../project",
     ]
     for path in refused:
@@ -416,7 +416,7 @@ def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(
     with pytest.raises(ValueError, match="Refusing"):
         asyncio.run(files.aremove(f"{scratch}/alias/.."))
     # A symlink that points at the protected directory is only a link: removing it is fine.
-    files.remove(f"{scratch}/worklink")
+    files.remove(f"{scratch}/cwdlink")
     files.remove(f"{scratch}/alias")
     assert files.read_bytes(f"{work}/keep") == b"x"
 
