@@ -34,6 +34,8 @@ commands and file operations of a session reuse one kept-alive connection. Contr
 from __future__ import annotations
 
 import base64
+import gc
+import io
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -49,6 +51,8 @@ __all__ = ["FILES_TIMEOUT_S", "KEEPALIVE_S", "ExecResult", "Transport"]
 
 FILES_TIMEOUT_S: Final = 60.0
 """The SDK's ``HTTP_TIMEOUT_S`` for files requests."""
+GC_AFTER_BYTES: Final = 1 << 20
+"""Uploads at least this large free their body at once (see :meth:`Transport.write_bytes`)."""
 KEEPALIVE_S: Final = 4.0
 """How long an idle pooled connection is kept for reuse."""
 _DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
@@ -146,32 +150,59 @@ class Transport:
         return ExecResult("\n".join(stdout_parts), "\n".join(stderr_parts), exit_code)
 
     def read_bytes(self, sandbox_id: str, path: str) -> bytes:
-        """``sandbox.fs.read_bytes(path)`` over the pool: one ``GET files``."""
-        res = self._get_client().get(
+        """``sandbox.fs.read_bytes(path)`` over the pool: one ``GET files``.
+
+        The body is streamed into one growing buffer whose bytes are returned without a final
+        copy (``BytesIO.getvalue``), so a large file is held about once, not twice.
+        """
+        with self._get_client().stream(
+            "GET",
             self._url(sandbox_id, "files"),
             headers=self._headers,
             params={"path": path},
             timeout=FILES_TIMEOUT_S,
-        )
-        if not res.is_success:
-            handle_api_error(res.status_code, res.text)
-        return res.content
+        ) as res:
+            if not res.is_success:
+                res.read()
+                handle_api_error(res.status_code, res.text)
+            buffer = io.BytesIO()
+            for piece in res.iter_bytes():
+                buffer.write(piece)
+        return buffer.getvalue()
 
     def write_bytes(self, sandbox_id: str, path: str, data: bytes) -> None:
-        """``sandbox.fs.write(path, data)`` for bytes over the pool: one ``POST files``."""
-        body = {
-            "path": path,
-            "content": base64.b64encode(bytes(data)).decode("ascii"),
-            "encoding": "base64",
-        }
+        """``sandbox.fs.write(path, data)`` for bytes over the pool: one ``POST files``.
+
+        The JSON body is assembled as bytes around the base64 form (the same document the SDK
+        sends), so a chunk costs one encoded copy rather than three. httpx keeps a request and
+        its response in a reference cycle, and the request keeps its body; large bodies do not
+        trigger the garbage collector, so after a large upload it is run here, which keeps a
+        chunked upload's memory at one chunk instead of growing with the file.
+        """
+        body = b"".join(
+            (
+                b'{"path": ',
+                json.dumps(path).encode("utf-8"),
+                b', "content": "',
+                base64.b64encode(data),
+                b'", "encoding": "base64"}',
+            )
+        )
         res = self._get_client().post(
             self._url(sandbox_id, "files"),
             headers=self._headers,
-            json=body,
+            content=body,
             timeout=FILES_TIMEOUT_S,
         )
-        if not res.is_success:
-            handle_api_error(res.status_code, res.text)
+        large = len(body) >= GC_AFTER_BYTES
+        del body
+        try:
+            if not res.is_success:
+                handle_api_error(res.status_code, res.text)
+        finally:
+            del res
+            if large:
+                gc.collect()
 
     def close(self) -> None:
         """Close the pool (idempotent); later use raises SandboxGoneError."""
