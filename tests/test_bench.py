@@ -247,7 +247,7 @@ def test_page_has_every_section_and_no_local_paths() -> None:
         "### 20 ms per response + 40 ms per new connection",
         "### Requests by route",
         "## Acceptance targets",
-        "## Would a pooled connection matter?",
+        "## What a connection costs",
         "### One request, 20 ms per response + 40 ms per new connection",
         "## Host memory",
         "## Reading",
