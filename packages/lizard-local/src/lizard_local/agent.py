@@ -147,7 +147,7 @@ def bind(src: str, dst: str, readonly: bool = False) -> None:
         make_readonly(dst)
 
 
-def _unescape(field: str) -> str:
+def unescape_mount_path(field: str) -> str:
     """A path from ``/proc/self/mountinfo`` (spaces and the like are octal escapes there)."""
     out, i = [], 0
     while i < len(field):
@@ -166,7 +166,7 @@ def mounts_below(path: str) -> list[tuple[str, set[str]]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = _unescape(fields[4])
+            point = unescape_mount_path(fields[4])
             if point == path or point.startswith(path.rstrip("/") + "/"):
                 out.append((point, set(fields[5].split(","))))
     return out

@@ -19,22 +19,12 @@ import os
 import shutil
 from pathlib import Path
 
+# The agent runs as a standalone program, so the one copy of this parser lives there.
+from lizard_local.agent import unescape_mount_path
+
 __all__ = ["mount_points_under", "remove_tree"]
 
 log = logging.getLogger("lizard_local")
-
-
-def _unescape(field: str) -> str:
-    """A path as ``/proc/self/mountinfo`` writes it (spaces and the like octal-escaped)."""
-    out, i = [], 0
-    while i < len(field):
-        if field[i] == "\\" and field[i + 1 : i + 4].isdigit():
-            out.append(chr(int(field[i + 1 : i + 4], 8)))
-            i += 4
-        else:
-            out.append(field[i])
-            i += 1
-    return "".join(out)
 
 
 def mount_points_under(path: str | Path) -> list[str]:
@@ -43,7 +33,7 @@ def mount_points_under(path: str | Path) -> list[str]:
     prefix = top.rstrip("/") + "/"
     try:
         with open("/proc/self/mountinfo") as f:
-            points = [_unescape(line.split()[4]) for line in f if line.strip()]
+            points = [unescape_mount_path(line.split()[4]) for line in f if line.strip()]
     except OSError:
         return []  # not Linux: nothing to check against
     return [p for p in points if p == top or p.startswith(prefix)]
