@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 import time
 from typing import Any
@@ -20,6 +21,7 @@ from lizard_core.commands import (
 )
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import CommandTimeoutError, OutputLimitError
+from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
 
 pytestmark = pytest.mark.usefixtures("profile")
@@ -148,14 +150,37 @@ def test_exit_codes_follow_the_shell_conventions(module_session: Any, scratch: s
     assert run_command(module_session, ["sh", "-c", "exit 3"]).exit_code == 3
 
 
+# Output that deflate cannot shrink: the same seeded bytes are made in the guest and here.
+def _noise_code(stream: str, size: int, seed: int) -> str:
+    return f"import random, sys; sys.{stream}.buffer.write(random.Random({seed}).randbytes({size}))"
+
+
+def _noise(size: int, seed: int) -> bytes:
+    return random.Random(seed).randbytes(size)
+
+
+def _log_text(size: int) -> bytes:
+    """Log-like text, as builds and test runs print it."""
+    lines = (
+        b"2026-11-30 12:%02d:%02d INFO worker-%d handled request %d in %d ms\n"
+        % (i // 60 % 60, i % 60, i % 8, i, i * 7919 % 1000)
+        for i in range(size)
+    )
+    text = bytearray()
+    for line in lines:
+        text += line
+        if len(text) >= size:
+            return bytes(text[:size])
+    raise AssertionError("unreachable")
+
+
 def test_three_mib_of_output_is_spilled_and_returned_exactly(
     module_session: Any, api_requests: Any
 ) -> None:
-    pattern = bytes(range(256))
-    code = "import sys; sys.stdout.buffer.write(bytes(range(256)) * 12288)"
     seen: list[bytes] = []
+    code = _noise_code("stdout", 3 * MiB, 3)
     result = run_command(module_session, ["python3", "-c", code], on_stdout=seen.append)
-    assert result.stdout == pattern * 12288  # 3 MiB
+    assert result.stdout == _noise(3 * MiB, 3)
     assert b"".join(seen) == result.stdout
     # One exec plus one GET of the spilled stdout; its job directory goes with the next request.
     assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
@@ -165,17 +190,46 @@ def test_three_mib_of_output_is_spilled_and_returned_exactly(
     assert api_requests.counts() == {EXEC: 1}
 
 
-def test_both_streams_spill_and_interleave_correctly(module_session: Any) -> None:
+def test_a_mib_of_log_text_comes_back_in_one_request(
+    module_session: Any, api_requests: Any, scratch: str
+) -> None:
+    text = _log_text(MiB)
+    SandboxFiles(module_session).write_bytes(f"{scratch}/build.log", text)
+    api_requests.reset()
+    seen: list[bytes] = []
+    result = run_command(module_session, ["cat", f"{scratch}/build.log"], on_stdout=seen.append)
+    assert result.stdout == text
+    assert b"".join(seen) == text
+    assert len(seen) > 1  # live, in pieces as cat wrote them
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_incompressible_output_fits_the_budget_in_one_request(
+    module_session: Any, api_requests: Any
+) -> None:
+    # Past what the budget held before output was deflated (256 KiB), under what it holds now.
+    size = 320 * 1024
+    result = run_command(module_session, ["python3", "-c", _noise_code("stdout", size, 5)])
+    assert result.stdout == _noise(size, 5)
+    assert api_requests.counts() == {EXEC: 1}
+
+
+def test_both_streams_spill_and_interleave_correctly(
+    module_session: Any, api_requests: Any
+) -> None:
     code = (
-        "import sys\n"
+        "import random, sys\n"
+        "out, err = random.Random(1), random.Random(2)\n"
         "for i in range(400):\n"
-        "    sys.stdout.buffer.write(b'o%05d' % i * 200); sys.stdout.flush()\n"
-        "    sys.stderr.buffer.write(b'e%05d' % i * 200); sys.stderr.flush()\n"
+        "    sys.stdout.buffer.write(out.randbytes(1200)); sys.stdout.flush()\n"
+        "    sys.stderr.buffer.write(err.randbytes(1200)); sys.stderr.flush()\n"
     )
     result = run_command(module_session, ["python3", "-c", code])
-    assert result.stdout == b"".join(b"o%05d" % i * 200 for i in range(400))
-    assert result.stderr == b"".join(b"e%05d" % i * 200 for i in range(400))
+    out, err = random.Random(1), random.Random(2)
+    assert result.stdout == b"".join(out.randbytes(1200) for _ in range(400))
+    assert result.stderr == b"".join(err.randbytes(1200) for _ in range(400))
     assert len(result.stdout) + len(result.stderr) > STREAM_BUDGET
+    assert api_requests.counts() == {EXEC: 1, GET_FILE: 2}
 
 
 def test_output_past_the_limit_raises_with_the_kept_bytes(
@@ -187,7 +241,8 @@ def test_output_past_the_limit_raises_with_the_kept_bytes(
     assert caught.value.stdout == b"\0" * (10 * MiB)
     assert caught.value.stderr == b""
     assert caught.value.limit == 10 * MiB
-    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
+    # Ten MiB of zeros deflate to a few KiB: nothing is spilled.
+    assert api_requests.counts() == {EXEC: 1}
 
 
 def test_output_exactly_at_the_limit_is_a_result(module_session: Any) -> None:

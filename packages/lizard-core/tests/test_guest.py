@@ -9,6 +9,7 @@ import os
 import subprocess
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,13 +61,19 @@ def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> lis
 def test_the_program_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
     version = subprocess.run([old_python, "--version"], capture_output=True, text=True).stdout
     print("guest agent checked under", version.strip())
-    base = {"limit": 1 << 20, "budget": 1 << 20}
+    base = {"limit": 1 << 20, "wire": 1 << 20}
     frames = _run_locally(
         old_python,
         {"op": "run", "argv": ["sh", "-c", "printf 'a\\377'; echo e >&2; exit 3"], **base},
     )
     assert frames[0]["t"] == "pid"
-    output = [(f["s"], base64.b64decode(f["d"])) for f in frames if f["t"] == "o"]
+    # Output is deflated per stream, each piece flushed so it can be read at once.
+    inflaters = {1: zlib.decompressobj(), 2: zlib.decompressobj()}
+    output = [
+        (f["s"], inflaters[f["s"]].decompress(base64.b64decode(f["d"])))
+        for f in frames
+        if f["t"] == "z"
+    ]
     assert output == [(1, b"a\xff"), (2, b"e\n")]
     assert frames[-1] == {
         "t": "end",
@@ -175,7 +182,7 @@ def _sandbox(session: Any) -> Any:
 
 
 def _run_request(argv: list[str], **extra: Any) -> dict[str, Any]:
-    return {"op": "run", "argv": argv, "limit": 1 << 20, "budget": 1 << 18, **extra}
+    return {"op": "run", "argv": argv, "limit": 1 << 20, "wire": 1 << 18, **extra}
 
 
 def _wait_for_file(session: Any, path: str) -> str:

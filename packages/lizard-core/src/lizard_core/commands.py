@@ -27,10 +27,13 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
 - **Output limit.** Each stream keeps at most ``output_limit`` bytes; passing it kills the
   command's process group and raises :class:`~lizard_core.errors.OutputLimitError` with the
   bytes kept. Output is never cut silently.
-- **Cost.** One request when the output fits :data:`STREAM_BUDGET` (both streams together).
-  Past it the guest spills the rest of each stream to a job file, fetched with one
-  ``GET files`` per spilled stream; the job directory is removed by the next guest request on
-  the sandbox, so cleanup costs no request of its own.
+- **Cost.** One request when the output fits :data:`STREAM_BUDGET`. Output travels deflated
+  (one zlib stream per output stream, flushed at every read so it stays live), so the budget
+  holds about 330 KiB of incompressible output and several MiB of logs or other text (1 MiB of
+  typical build or test log is a fifth of it or less). Past it the guest spills the rest of
+  each stream to a job file, fetched with one ``GET files`` per spilled stream; the job
+  directory is removed by the next guest request on the sandbox, so cleanup costs no request
+  of its own.
 - **A sandbox gone mid-command.** A stream that breaks, or a transport that fails, is checked
   with one ``GET`` of the sandbox record (see :mod:`lizard_core.guest`): a sandbox destroyed
   or expired under the command raises :class:`~lizard_core.errors.SandboxGoneError` (and the
@@ -49,6 +52,7 @@ from __future__ import annotations
 import base64
 import math
 import posixpath
+import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -78,11 +82,12 @@ __all__ = [
 
 DEFAULT_OUTPUT_LIMIT: Final = 10 * 1024 * 1024
 """Bytes kept per stream before :class:`~lizard_core.errors.OutputLimitError`."""
-STREAM_BUDGET: Final = 256 * 1024
-"""Output bytes (both streams) sent inside the exec stream; the rest is spilled to files.
+STREAM_BUDGET: Final = 448 * 1024
+"""Bytes of frames (both streams' output, deflated and base64-encoded) a command may send inside
+the exec stream; the rest is spilled to files.
 
-Base64 and framing make that about 350 KiB of SSE lines, inside the 512 KiB per-stream cap the
-platform applies to exec output.
+The platform caps each exec stream at 512 KiB; the rest of the cap is left for the guest's
+other frames (its end frame, and the heartbeats of a long silent command).
 """
 DEADLINE_MARGIN_S: Final = 15.0
 """How long after ``timeout`` the host waits for the guest's answer before giving up."""
@@ -195,11 +200,24 @@ def _execute(
     streams: dict[int, bytearray] = {1: bytearray(), 2: bytearray()}
     callbacks = {1: on_stdout, 2: on_stderr}
 
+    inflaters = {1: zlib.decompressobj(), 2: zlib.decompressobj()}
+
     def on_frame(frame: Frame) -> None:
-        if frame["t"] != "o":
+        kind = frame["t"]
+        if kind not in ("o", "z"):
             return
         index = frame["s"]
         data = base64.b64decode(frame["d"])
+        if kind == "z":
+            # At most what the limit lets the guest send, plus one byte to notice more.
+            room = spec.output_limit - len(streams[index]) + 1
+            inflater = inflaters[index]
+            try:
+                data = inflater.decompress(data, room)
+            except zlib.error as exc:
+                raise GuestProtocolError(f"The command's output arrived damaged: {exc}") from exc
+            if inflater.unconsumed_tail or len(data) == room:
+                raise GuestProtocolError("The command's output passed its limit on the way.")
         streams[index] += data
         callback = callbacks[index]
         if callback is not None:
@@ -213,7 +231,7 @@ def _execute(
         "env": spec.env,
         "timeout": spec.timeout,
         "limit": spec.output_limit,
-        "budget": STREAM_BUDGET,
+        "wire": STREAM_BUDGET,
     }
     if spec.timeout is None:
         exec_timeout, deadline = UNTIMED_EXEC_S, None

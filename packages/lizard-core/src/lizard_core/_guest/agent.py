@@ -48,6 +48,9 @@ SIGTERM = 15
 _lock = _thread.allocate_lock()
 _last_write = [time.monotonic()]
 _host_gone: List[bool] = []
+# Bytes written to stdout so far: the platform caps each exec stream, so a command's output
+# is measured in what it costs there.
+_sent = [0]
 
 
 def emit(frame: Frame) -> None:
@@ -57,6 +60,7 @@ def emit(frame: Frame) -> None:
         if _host_gone:
             return
         try:
+            _sent[0] += len(data)
             while data:
                 data = data[os.write(1, data) :]
         except OSError:
@@ -86,6 +90,17 @@ def emit_data(kind: str, data: bytes, extra: Optional[Frame] = None) -> None:
         if extra:
             frame.update(extra)
         emit(frame)
+
+
+def packed_fit(room: int) -> int:
+    """How many input bytes surely fit ``room`` bytes of ``z`` frames once deflated.
+
+    Deflate's worst case (incompressible input) is the input plus a few bytes per 16 KiB
+    block, a sync flush and some slack; base64 adds a third, and every frame its JSON.
+    """
+    frames = room // (FRAME_BYTES * 4 // 3) + 1
+    payload = (room - 40 * frames) * 3 // 4 - 64
+    return max(payload * 1024 // 1027, 0)
 
 
 def job_dir(req: Frame) -> str:
@@ -132,7 +147,7 @@ def op_run(req: Frame) -> Frame:
 
     argv = req["argv"]
     cwd = req.get("cwd")
-    limit, budget = req["limit"], req["budget"]
+    limit, wire = req["limit"], req["wire"]
     if cwd is not None:
         if req.get("mkcwd"):
             ensure_dir(cwd)
@@ -191,9 +206,23 @@ def op_run(req: Frame) -> Frame:
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, index)
     total = [0, 0, 0]
-    streamed = [0]
     spill: List[Any] = [None, None, None]
+    # Each stream is deflated on its own and flushed at every read, so output stays live; what
+    # fits ``wire`` bytes of frames (under the platform's per-stream cap) is sent, the rest of
+    # a stream that passes it is spilled to a job file.
+    packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
     over = False
+
+    def send(index: int, data: bytes) -> bytes:
+        """Send what fits the wire budget; return the rest."""
+        while data:
+            fit = packed_fit(wire - _sent[0])
+            if fit < min(len(data), 4096):
+                return data
+            piece, data = data[:fit], data[fit:]
+            packer = packers[index]
+            emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
+        return data
 
     def take(index: int, data: bytes) -> None:
         nonlocal over
@@ -202,10 +231,7 @@ def op_run(req: Frame) -> Frame:
             data, over = data[: max(room, 0)], True
         total[index] += len(data)
         if spill[index] is None:
-            head = data[: max(budget - streamed[0], 0)]
-            streamed[0] += len(head)
-            emit_data("o", head, {"s": index})
-            data = data[len(head) :]
+            data = send(index, data)
             if data:
                 spill[index] = open(os.path.join(job_dir(req), str(index)), "wb")
         if data:
