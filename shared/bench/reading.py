@@ -149,8 +149,9 @@ def reading_lines(run: Run) -> list[str]:
             for name, cell in zip(("write_8m", "read_8m"), big, strict=True)
         )
         lines.append(
-            f"- Files past the inline limits move in chunks, a request or two per chunk ({counts} "
-            "requests for ours)."
+            f"- Writes past the inline limit move in chunks, an upload per chunk and one exec that "
+            f"assembles them; a read is one `GET files` of the whole file ({counts} requests for "
+            "ours)."
         )
     if not lines:
         lines.append("- Nothing was measured on both sides; see the tables.")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import posixpath
 import time
@@ -13,6 +14,7 @@ import pytest
 from lizard_core import files as files_module
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
+from lizard_core.errors import SandboxGoneError
 from lizard_core.files import (
     CHUNK_SIZE,
     LIST_BUDGET,
@@ -94,7 +96,7 @@ def test_small_files_round_trip_in_one_request_each(
     assert api_requests.counts() == {EXEC: 1}
     api_requests.reset()
     assert files.read_bytes(path) == data
-    assert api_requests.counts() == {EXEC: 1}
+    assert api_requests.counts() == {GET_FILE: 1}
 
 
 def test_a_one_mib_write_is_one_request(
@@ -104,12 +106,123 @@ def test_a_one_mib_write_is_one_request(
     files.write_bytes(f"{scratch}/one-mib", data)
     assert api_requests.counts() == {EXEC: 1}
     api_requests.reset()
-    # Past READ_INLINE a read is checked by the guest, then fetched raw: two requests.
     assert files.read_bytes(f"{scratch}/one-mib") == data
-    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
+    assert api_requests.counts() == {GET_FILE: 1}
 
 
-def test_a_compressible_one_mib_read_is_one_request(
+@pytest.mark.parametrize("size", [0, 1024, READ_COMPRESSED, 8 * 1024 * 1024])
+def test_a_read_is_one_request_whatever_the_size_and_content(
+    files: SandboxFiles, scratch: str, api_requests: Any, size: int
+) -> None:
+    # Incompressible bytes: past READ_INLINE they could not come back inside one exec stream.
+    data = os.urandom(size)
+    path = f"{scratch}/random-{size}"
+    files.write_bytes(path, data)
+    api_requests.reset()
+    assert files.read_bytes(path) == data
+    assert api_requests.counts() == {GET_FILE: 1}
+    api_requests.reset()
+    assert asyncio.run(files.aread_bytes(path)) == data
+    assert api_requests.counts() == {GET_FILE: 1}
+
+
+def test_read_errors_cost_a_get_and_the_guests_check(
+    files: SandboxFiles, scratch: str, api_requests: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A refused GET goes to the guest at once: with a guard this long, waiting would show.
+    monkeypatch.setattr(files_module, "READ_GUARD_S", 60.0)
+    files.make_dir(scratch)
+    sh(files.session, 'mkfifo "$1"', f"{scratch}/fifo")
+    cases = [
+        (f"{scratch}/missing", FileNotFoundError),
+        (scratch, IsADirectoryError),
+        (f"{scratch}/fifo", OSError),
+        ("/dev/zero", OSError),
+    ]
+    for path, error in cases:
+        api_requests.reset()
+        started = time.monotonic()
+        with pytest.raises(error) as caught:
+            files.read_bytes(path)
+        assert type(caught.value) is error
+        if error is OSError:
+            assert caught.value.errno == errno.EINVAL
+        assert time.monotonic() - started < 10
+        assert api_requests.counts() == {GET_FILE: 1, EXEC: 1}
+
+
+def test_a_special_file_the_platform_blocks_on_fails_after_the_guard(
+    lizard_local: Any, files: SandboxFiles, scratch: str, api_requests: Any
+) -> None:
+    fifo, regular = f"{scratch}/fifo", f"{scratch}/regular"
+    files.write_bytes(regular, b"still readable")
+    sh(files.session, 'mkfifo "$1"', fifo)
+    lizard_local.configure(special_file_reads="block")
+    try:
+        api_requests.reset()
+        started = time.monotonic()
+        with pytest.raises(OSError, match="Not a regular file") as caught:
+            files.read_bytes(fifo)
+        elapsed = time.monotonic() - started
+        # The abandoned GET is not retried; the guest then fails fast.
+        assert api_requests.counts() == {GET_FILE: 1, EXEC: 1}
+        api_requests.reset()
+        assert files.read_bytes(regular) == b"still readable"
+        assert api_requests.counts() == {GET_FILE: 1}
+    finally:
+        lizard_local.configure(special_file_reads="reject")
+    assert (type(caught.value), caught.value.errno) == (OSError, errno.EINVAL)
+    assert files_module.READ_GUARD_S <= elapsed < files_module.READ_GUARD_S + 5
+
+
+def test_a_device_the_platform_streams_without_end_is_not_read(
+    lizard_local: Any, files: SandboxFiles, api_requests: Any
+) -> None:
+    # A platform that copies /dev/zero into its answer sends no length: the read stops at the
+    # headers and the guest names the device for what it is.
+    lizard_local.configure(special_file_reads="stream")
+    try:
+        api_requests.reset()
+        with pytest.raises(OSError, match="Not a regular file") as caught:
+            files.read_bytes("/dev/zero")
+        assert api_requests.counts() == {GET_FILE: 1, EXEC: 1}
+    finally:
+        lizard_local.configure(special_file_reads="reject")
+    assert (type(caught.value), caught.value.errno) == (OSError, errno.EINVAL)
+
+
+def test_a_transient_get_failure_is_retried_then_left_to_the_guest(
+    lizard_local: Any, files: SandboxFiles, scratch: str, api_requests: Any
+) -> None:
+    data = os.urandom(1024)
+    files.write_bytes(f"{scratch}/data", data)
+    api_requests.reset()
+    lizard_local.inject_fault(GET_FILE, status=503, count=1)
+    assert files.read_bytes(f"{scratch}/data") == data
+    assert api_requests.counts() == {GET_FILE: 2}
+    api_requests.reset()
+    lizard_local.inject_fault(GET_FILE, status=503, count=3)  # every attempt of the GET
+    assert files.read_bytes(f"{scratch}/data") == data
+    assert api_requests.counts() == {GET_FILE: 3, EXEC: 1}
+
+
+def test_a_read_in_a_destroyed_sandbox_is_sandbox_gone(
+    lizard_local: Any, api_requests: Any
+) -> None:
+    session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
+    try:
+        session.sandbox()
+        lizard_local.expire(session.sandbox_id)
+        api_requests.reset()
+        with pytest.raises(SandboxGoneError):
+            SandboxFiles(session).read_bytes("/etc/hostname")
+        # The GET's 404 names the sandbox: no guest is started for it.
+        assert api_requests.counts() == {GET_FILE: 1}
+    finally:
+        session.destroy()
+
+
+def test_a_compressible_one_mib_file_comes_back_in_one_request_either_way(
     files: SandboxFiles, scratch: str, api_requests: Any
 ) -> None:
     text = b"".join(b"line %06d of a log file that compresses well\n" % i for i in range(22000))
@@ -117,17 +230,24 @@ def test_a_compressible_one_mib_read_is_one_request(
     files.write_bytes(f"{scratch}/log.txt", text)
     api_requests.reset()
     assert files.read_bytes(f"{scratch}/log.txt") == text
+    assert api_requests.counts() == {GET_FILE: 1}
+    api_requests.reset()
+    # The guest's read (iter_bytes) sends it deflated inside the exec stream.
+    assert list(files.iter_bytes(f"{scratch}/log.txt")) == [text]
     assert api_requests.counts() == {EXEC: 1}
 
 
-def test_a_read_up_to_the_inline_size_is_one_request(
+def test_a_guest_read_up_to_the_inline_size_is_one_request(
     files: SandboxFiles, scratch: str, api_requests: Any
 ) -> None:
     data = os.urandom(READ_INLINE)
     files.write_bytes(f"{scratch}/inline", data)
     api_requests.reset()
-    assert files.read_bytes(f"{scratch}/inline") == data
+    assert list(files.iter_bytes(f"{scratch}/inline")) == [data]
     assert api_requests.counts() == {EXEC: 1}
+    api_requests.reset()
+    assert files.read_bytes(f"{scratch}/inline") == data
+    assert api_requests.counts() == {GET_FILE: 1}
 
 
 def test_a_write_too_large_for_the_exec_body_falls_back_to_chunks(
@@ -173,8 +293,8 @@ def test_large_files_move_in_chunks(files: SandboxFiles, scratch: str, api_reque
     assert api_requests.counts() == {EXEC: 3, GET_FILE: 3}
     api_requests.reset()
     assert files.read_bytes(path) == data
-    # A whole read: the guest's check, then one GET of the entire file.
-    assert api_requests.counts() == {EXEC: 1, GET_FILE: 1}
+    # A whole read: one GET of the entire file.
+    assert api_requests.counts() == {GET_FILE: 1}
     # Nothing is left in the job root once the next request has run.
     assert sh(files.session, "ls -A /tmp/.lizard-core") == b""
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
+import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import lizard
 import pytest
 
-from lizard_core._transport import Transport
+from lizard_core._transport import ReadAbandonedError, Transport
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import SandboxGoneError, TransientError, translate
@@ -19,7 +25,7 @@ from lizard_core.session import Session
 def test_a_sessions_commands_and_file_operations_share_one_connection(
     sandbox_config: SandboxConfig, lizard_local: Any, api_requests: Any, no_new_sandboxes: None
 ) -> None:
-    big = os.urandom(WRITE_INLINE + 1)  # past the inline budgets: POST files, then GET files
+    big = os.urandom(WRITE_INLINE + 1)  # past the inline budget: POST files and an exec
     with Session(sandbox_config) as session:
         files = SandboxFiles(session)
         session.sandbox()  # the create goes through the SDK, on a connection of its own
@@ -32,13 +38,13 @@ def test_a_sessions_commands_and_file_operations_share_one_connection(
         counters = lizard_local.counters()
         routes = api_requests.counts()
     # The same requests as through the SDK: 4 commands, 4 inline writes, an upload and the exec
-    # assembling it, a read's check and its GET.
+    # assembling it, a read's GET.
     assert routes == {
-        api_requests.EXEC: 10,
+        api_requests.EXEC: 9,
         api_requests.POST_FILE: 1,
         api_requests.GET_FILE: 1,
     }
-    assert counters["total"] == 12
+    assert counters["total"] == 11
     assert counters["connections"] == 1, counters
 
 
@@ -106,8 +112,6 @@ def test_destroy_closes_the_pool_and_later_use_is_refused(
 
 
 def test_transport_errors_surface_as_httpx_errors() -> None:
-    import httpx
-
     transport = Transport("http://127.0.0.1:9", "secret-key")  # discard port: refused
     try:
         with pytest.raises(httpx.ConnectError) as caught:
@@ -116,3 +120,54 @@ def test_transport_errors_surface_as_httpx_errors() -> None:
         assert "secret-key" not in str(caught.value)
     finally:
         transport.close()
+
+
+@contextlib.contextmanager
+def stalling_server(headers_after: float, body_after: float) -> Iterator[str]:
+    """A loopback HTTP server that answers ``hello`` with its headers and body each late."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            with conn:
+                conn.recv(65536)
+                if not done.wait(headers_after):
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n")
+                    if not done.wait(body_after):
+                        conn.sendall(b"hello")
+                done.wait(10)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        done.set()
+        listener.close()
+        thread.join(10)
+
+
+def test_headers_timeout_bounds_the_headers_not_the_body() -> None:
+    # Headers at once, the body after twice the guard: read under the 60 s limit, so it arrives.
+    with stalling_server(headers_after=0, body_after=1.0) as url:
+        transport = Transport(url, "secret-key")
+        try:
+            assert transport.read_bytes("sbx_x", "/x", headers_timeout=0.5) == b"hello"
+        finally:
+            transport.close()
+
+
+def test_headers_that_miss_the_guard_abandon_the_request() -> None:
+    with stalling_server(headers_after=30, body_after=0) as url:
+        transport = Transport(url, "secret-key")
+        try:
+            started = time.monotonic()
+            with pytest.raises(ReadAbandonedError):
+                transport.read_bytes("sbx_x", "/x", headers_timeout=0.3)
+            assert time.monotonic() - started < 5
+        finally:
+            transport.close()
+    # Not an httpx error: the session's translation and retries leave it alone.
+    assert not issubclass(ReadAbandonedError, httpx.HTTPError)

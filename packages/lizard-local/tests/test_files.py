@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import os
+import time
 
 import httpx
 import pytest
@@ -12,6 +14,7 @@ from lizard.errors import LizardError, NotFoundError
 
 import lizard_local as lizard_local_pkg
 from lizard_local import LocalServer
+from lizard_local import app as app_module
 
 
 def test_text_write_creates_parents_and_overwrites(sandbox: Sandbox):
@@ -176,6 +179,69 @@ def test_special_files_are_refused_without_blocking(sandbox: Sandbox):
     for call in (lambda: sandbox.fs.read("/tmp/fifo"), lambda: sandbox.fs.write("/tmp/fifo", "x")):
         with pytest.raises(LizardError, match="regular file"):
             call()
+
+
+def test_special_file_reads_block_until_the_client_gives_up(
+    sandbox: Sandbox, lizard_local: LocalServer, api: httpx.Client
+):
+    sandbox.process.exec_("mkfifo /tmp/fifo && printf data > /tmp/file")
+    url = f"/api/sandboxes/{sandbox.sandbox_id}/files"
+    assert lizard_local.configure(special_file_reads="block")["special_file_reads"] == "block"
+    try:
+        for path in ("/tmp/fifo", "/dev/zero"):
+            started = time.monotonic()
+            with pytest.raises(httpx.ReadTimeout):
+                api.get(url, params={"path": path}, timeout=httpx.Timeout(30, read=1))
+            assert time.monotonic() - started >= 0.9
+        # Only special files block: files, directories and missing paths answer as before.
+        assert api.get(url, params={"path": "/tmp/file"}).content == b"data"
+        assert api.get(url, params={"path": "/tmp"}).json()["code"] == "IS_A_DIRECTORY"
+        assert api.get(url, params={"path": "/tmp/none"}).status_code == 404
+    finally:
+        lizard_local.configure(special_file_reads="reject")
+    started = time.monotonic()
+    res = api.get(url, params={"path": "/tmp/fifo"})
+    assert (res.status_code, res.json()["code"]) == (400, "NOT_A_FILE")
+    assert time.monotonic() - started < 5
+
+
+def test_special_file_reads_can_stream_without_a_length(
+    sandbox: Sandbox, lizard_local: LocalServer, api: httpx.Client
+):
+    url = f"/api/sandboxes/{sandbox.sandbox_id}/files"
+    lizard_local.configure(special_file_reads="stream")
+    try:
+        with api.stream("GET", url, params={"path": "/dev/zero"}) as res:
+            assert res.status_code == 200
+            assert "content-length" not in res.headers
+            received = 0
+            for piece in res.iter_bytes():
+                assert piece == bytes(len(piece))
+                received += len(piece)
+                if received > 1024 * 1024:
+                    break
+        assert received > 1024 * 1024
+        # Regular files keep their length.
+        assert api.get(url, params={"path": "/etc/hostname"}).headers["content-length"]
+    finally:
+        lizard_local.configure(special_file_reads="reject")
+
+
+async def test_a_blocked_read_ends_when_the_client_leaves_or_at_its_bound():
+    messages: asyncio.Queue[dict[str, str]] = asyncio.Queue()
+
+    async def receive() -> dict[str, str]:
+        return await messages.get()
+
+    started = time.monotonic()
+    await app_module._until_disconnect(receive, 0.3)  # the client stays: the bound ends it
+    assert 0.25 < time.monotonic() - started < 5
+    waiter = asyncio.ensure_future(app_module._until_disconnect(receive, 60))
+    await messages.put({"type": "http.request"})
+    await asyncio.sleep(0.1)
+    assert not waiter.done()
+    await messages.put({"type": "http.disconnect"})
+    await asyncio.wait_for(waiter, 5)
 
 
 def test_move_across_mounts_keeps_trees_links_and_modes(sandbox: Sandbox):

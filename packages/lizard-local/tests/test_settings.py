@@ -21,7 +21,13 @@ def test_update_validates_names_and_values():
         {"line_split_bytes": True},
         {"json_output": "raw"},
         {"cap_sse": "yes"},
+        {"special_file_reads": "hang"},
     ):
         with pytest.raises(ValueError, match=r"unknown|must"):
             s.update(bad)
     assert s.as_dict()["json_output"] == "lines"
+    assert s.as_dict()["special_file_reads"] == "reject"
+    s.update({"special_file_reads": "block", "json_output": "verbatim"})
+    assert (s.special_file_reads, s.json_output) == ("block", "verbatim")
+    s.update({"special_file_reads": "stream"})
+    assert s.special_file_reads == "stream"

@@ -334,7 +334,7 @@ async def test_one_request_per_operation(
 async def test_a_mebibyte_text_file_moves_in_one_request_each_way(
     lizard_counters: Any, make_backend: BackendFactory
 ) -> None:
-    # Text compresses, so it fits the exec stream; 1 MiB of random bytes read back costs two.
+    # A 1 MiB write fits the exec's argv; a read is one GET files of any size.
     backend = make_backend()
     path = posixpath.join(await backend.working_dir(), "mebibyte.txt")
     line = b"def handler(request):  # a line of source code, as agents read and write\n"

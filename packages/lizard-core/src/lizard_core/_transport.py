@@ -16,11 +16,14 @@ commands and file operations of a session reuse one kept-alive connection. Contr
   (``path``) and SSE parsing (``data:`` lines, non-JSON frames skipped, ``line``/``stream``,
   ``pid`` and ``exitCode`` events). Timeouts are the SDK's: ``timeout_ms / 1000`` (default
   60 s) for an exec, 60 s for files, each as httpx's per-operation (connect, read, write,
-  pool) limit.
+  pool) limit. The one addition: :meth:`Transport.read_bytes` can bound the wait for the
+  response's headers more tightly (``headers_timeout``), which the SDK never does.
 - **The SDK's errors.** A non-2xx response is read and handed to lizard-sdk's own
   ``lizard.errors.handle_api_error``, so it raises the same ``lizard`` exception the SDK would
   (and :func:`lizard_core.errors.translate` maps it unchanged); httpx transport errors
-  propagate as they are.
+  propagate as they are. Headers that miss a ``headers_timeout`` raise
+  :class:`ReadAbandonedError`, which is not an httpx error, so it is neither translated nor
+  retried.
 - **Lifecycle.** The client is created on first use, once, however many threads ask; requests
   from several threads share its pool (httpx's ``Client`` is thread-safe). :meth:`close`
   closes it; a transport used after ``close`` raises
@@ -47,7 +50,7 @@ from lizard.errors import handle_api_error
 
 from lizard_core.errors import SandboxGoneError
 
-__all__ = ["FILES_TIMEOUT_S", "KEEPALIVE_S", "ExecResult", "Transport"]
+__all__ = ["FILES_TIMEOUT_S", "KEEPALIVE_S", "ExecResult", "ReadAbandonedError", "Transport"]
 
 FILES_TIMEOUT_S: Final = 60.0
 """The SDK's ``HTTP_TIMEOUT_S`` for files requests."""
@@ -65,6 +68,14 @@ class ExecResult:
     stdout: str
     stderr: str
     exit_code: int
+
+
+class ReadAbandonedError(Exception):
+    """A guarded ``GET files`` was abandoned before its body was read.
+
+    Either no response headers came within its ``headers_timeout``, or the body had no length
+    (a device could stream it without end).
+    """
 
 
 class Transport:
@@ -149,25 +160,52 @@ class Transport:
                     exit_code = ev["exitCode"]
         return ExecResult("\n".join(stdout_parts), "\n".join(stderr_parts), exit_code)
 
-    def read_bytes(self, sandbox_id: str, path: str) -> bytes:
+    def read_bytes(
+        self, sandbox_id: str, path: str, *, headers_timeout: float | None = None
+    ) -> bytes:
         """``sandbox.fs.read_bytes(path)`` over the pool: one ``GET files``.
 
         The body is streamed into one growing buffer whose bytes are returned without a final
         copy (``BytesIO.getvalue``), so a large file is held about once, not twice.
+
+        ``headers_timeout`` (seconds), when given, guards a read of a path not known to be a
+        regular file: it replaces the 60 s read limit while the response's headers are awaited;
+        once they have arrived the body is read under the SDK's 60 s limit again. Headers that
+        do not arrive in time abandon the request (httpx closes its connection, which tells the
+        server) and raise :class:`ReadAbandonedError`, and so does a successful answer without a
+        ``Content-Length``: a device such as ``/dev/zero`` could stream it without end.
         """
-        with self._get_client().stream(
+        client = self._get_client()
+        request = client.build_request(
             "GET",
             self._url(sandbox_id, "files"),
             headers=self._headers,
             params={"path": path},
-            timeout=FILES_TIMEOUT_S,
-        ) as res:
+            timeout=FILES_TIMEOUT_S
+            if headers_timeout is None
+            else httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
+        )
+        try:
+            res = client.send(request, stream=True)
+        except httpx.ReadTimeout:
+            if headers_timeout is None:
+                raise
+            raise ReadAbandonedError(
+                f"No response headers within {headers_timeout:g} s; the request was abandoned."
+            ) from None
+        try:
+            # httpcore reads this limit anew when the body starts: 60 s for it, not the guard.
+            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
             if not res.is_success:
                 res.read()
                 handle_api_error(res.status_code, res.text)
+            if headers_timeout is not None and "content-length" not in res.headers:
+                raise ReadAbandonedError("The file came without a length; it was not read.")
             buffer = io.BytesIO()
             for piece in res.iter_bytes():
                 buffer.write(piece)
+        finally:
+            res.close()
         return buffer.getvalue()
 
     def write_bytes(self, sandbox_id: str, path: str, data: bytes) -> None:

@@ -6,7 +6,8 @@ Contract (proven against lizard-local in ``tests/test_files.py``):
   checked before any request. Operations run as the sandbox's default user.
 - **Errors** are the builtin ``OSError`` subclass for the errno the sandbox reported:
   FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError.
-  FIFOs, sockets and devices fail fast with ``OSError(EINVAL)`` instead of blocking. A sandbox
+  FIFOs, sockets and devices fail with ``OSError(EINVAL)`` instead of blocking (on a platform
+  whose files endpoint would block on one, a read waits :data:`READ_GUARD_S` first). A sandbox
   that no longer exists, also one destroyed while the operation ran, raises
   :class:`~lizard_core.errors.SandboxGoneError` (see :mod:`lizard_core.guest`).
 - :meth:`SandboxFiles.read_bytes` reads a regular file. :meth:`SandboxFiles.write_bytes` writes
@@ -21,17 +22,23 @@ Contract (proven against lizard-local in ``tests/test_files.py``):
   :meth:`SandboxFiles.realpath` is ``os.path.realpath`` in the sandbox (missing components kept,
   loops not followed).
 - **Cost.** One exec request for stat, list_dir (up to :data:`LIST_BUDGET` bytes of entries;
-  past it one more request fetches the rest), exists, realpath, make_dir, remove. One for a
-  read of up to :data:`READ_INLINE` bytes, and up to :data:`READ_COMPRESSED` bytes when the
-  file compresses to fit (returned inside the exec stream, which the platform caps at 512 KiB);
-  otherwise two (the guest checks the file, then ``GET files`` fetches it raw), whatever its
-  size. One for a write of up to :data:`WRITE_INLINE` bytes (carried in the exec's argv).
-  :meth:`SandboxFiles.iter_bytes` moves larger files in :data:`CHUNK_SIZE` pieces: 2 requests up
-  to one chunk, then 2 per chunk (copy to a job file, ``GET`` it); a write costs one
-  ``POST files`` per chunk plus one exec that assembles them. The first operation on a new
-  sandbox also pays its create. Every exec and files request goes through the session's pooled
-  connection (:meth:`Session.transport <lizard_core.session.Session.transport>`), so
-  consecutive operations open no new connection.
+  past it one more request fetches the rest), exists, realpath, make_dir, remove.
+  :meth:`SandboxFiles.read_bytes` is one ``GET files`` of the whole file, whatever its size or
+  content. When the platform does not serve the path (missing, a directory, a special file, no
+  permission: any non-2xx answer, after the retries of a transient one), sends no headers
+  within :data:`READ_GUARD_S` (as a platform stuck opening a FIFO would) or answers without a
+  ``Content-Length`` (as a device streamed without end would come), the guest program
+  reads it instead: it raises the builtin error, so an error costs two requests, or returns the
+  file (up to :data:`READ_INLINE` bytes, or :data:`READ_COMPRESSED` when the file compresses to
+  fit, inside the exec stream, which the platform caps at 512 KiB; past that one more ``GET``).
+  :meth:`SandboxFiles.iter_bytes` always goes through the guest: one request for a file within
+  those inline budgets, else 2 requests up to one :data:`CHUNK_SIZE` chunk, then 2 per chunk
+  (copy to a job file, ``GET`` it). One request for a write of up to :data:`WRITE_INLINE`
+  bytes (carried in the exec's argv); a larger one costs one ``POST files`` per chunk plus one
+  exec that assembles them. The first operation on a new sandbox also pays its create. Every
+  exec and files request goes through the session's pooled connection
+  (:meth:`Session.transport <lizard_core.session.Session.transport>`), so consecutive
+  operations open no new connection.
 - **Memory.** Besides the data itself (what :meth:`SandboxFiles.read_bytes` returns, or what
   :meth:`SandboxFiles.write_bytes` was given), a large upload holds one chunk in flight on
   the host (plus its base64 form) and :meth:`SandboxFiles.iter_bytes` one chunk, with one
@@ -59,7 +66,8 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from lizard_core._bridge import run_blocking
-from lizard_core.errors import GuestProtocolError, LizardIntegrationError
+from lizard_core._transport import ReadAbandonedError
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
     Frame,
@@ -76,6 +84,7 @@ __all__ = [
     "CHUNK_SIZE",
     "LIST_BUDGET",
     "READ_COMPRESSED",
+    "READ_GUARD_S",
     "READ_INLINE",
     "WRITE_INLINE",
     "FileStat",
@@ -84,11 +93,16 @@ __all__ = [
 
 T = TypeVar("T")
 
+READ_GUARD_S: Final = 2.0
+"""Seconds :meth:`SandboxFiles.read_bytes` waits for the response headers of its ``GET files``;
+past that it abandons the request (as for a FIFO the platform blocks on) and lets the guest read
+the path. A body that has started is read under the usual 60 s limit."""
 READ_INLINE: Final = 256 * 1024
-"""Files up to this size come back inside the exec stream: one request."""
+"""When the guest reads a file (:meth:`SandboxFiles.iter_bytes`, and :meth:`SandboxFiles.read_bytes`
+when its ``GET`` failed), files up to this size come back inside the exec stream."""
 READ_COMPRESSED: Final = 1024 * 1024
-"""Files up to this size also come back in one request when their zlib form fits READ_INLINE
-(text usually does); others past READ_INLINE cost two."""
+"""In those guest reads, files up to this size also come back inside the exec stream when their
+zlib form fits READ_INLINE (text usually does); others are fetched with ``GET files``."""
 WRITE_INLINE: Final = 1024 * 1024
 """Writes up to this size travel in the exec's argv (about 1.4 MB of base64 in items of 96 KiB,
 under the kernel's 128 KiB per-argument and 2 MiB total limits): one request."""
@@ -238,8 +252,19 @@ class SandboxFiles:
         return [FileStat._from_row(posixpath.join(base, row[0]), row) for row in rows]
 
     def _read_bytes(self, sandbox: Any, path: str) -> bytes:
-        # Whole: the guest's check, then (past the inline budgets) one GET of the entire file.
-        # The one piece is returned as it is, not joined, so the file is never held twice.
+        # One GET of the whole file; its body is returned as it is, never held twice.
+        try:
+            data = fetch_file(self._session, sandbox, path, headers_timeout=READ_GUARD_S)
+        except ReadAbandonedError:
+            data = None  # perhaps a FIFO or device the platform's GET blocks on or streams
+        except SandboxGoneError:
+            raise
+        except LizardIntegrationError:
+            data = None  # a directory, special file, permission, ...: the guest says which
+        if data is not None:
+            return data
+        # The guest raises the path's builtin error, or reads the file after all: in one piece
+        # (the exec stream, or its check then one GET), returned as it is.
         return next(self._iter_bytes(sandbox, path, whole=True))
 
     def _iter_bytes(

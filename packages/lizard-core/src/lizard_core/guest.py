@@ -649,12 +649,17 @@ def check_outcome(final: Frame) -> Frame:
     return final
 
 
-def fetch_file(session: Session, sandbox: Any, path: str) -> bytes | None:
+def fetch_file(
+    session: Session, sandbox: Any, path: str, *, headers_timeout: float | None = None
+) -> bytes | None:
     """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
 
     One ``GET files`` request over the session's pooled connection, retried on transient
     errors. A 404 that says the sandbox itself is gone raises
-    :class:`~lizard_core.errors.SandboxGoneError`, not None.
+    :class:`~lizard_core.errors.SandboxGoneError`, not None. ``headers_timeout`` bounds the
+    wait for the response's headers (see :meth:`Transport.read_bytes
+    <lizard_core._transport.Transport.read_bytes>`): past it the request is abandoned and
+    :class:`~lizard_core._transport.ReadAbandonedError` raised, without a retry.
     """
     sandbox_id = str(sandbox.sandbox_id)
     try:
@@ -662,6 +667,7 @@ def fetch_file(session: Session, sandbox: Any, path: str) -> bytes | None:
             session.transport().read_bytes,
             sandbox_id,
             path,
+            headers_timeout=headers_timeout,
             idempotent=True,
             passthrough=(lizard.NotFoundError,),
         )

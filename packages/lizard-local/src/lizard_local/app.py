@@ -42,7 +42,7 @@ from lizard_local.isolation import Isolation
 from lizard_local.sandboxes import MAX_TIMEOUT_MS, SIZES, Registry, Sandbox
 from lizard_local.settings import Settings
 
-__all__ = ["ConnectionState", "LizardApp", "StreamDropped"]
+__all__ = ["SPECIAL_FILE_BLOCK_S", "ConnectionState", "LizardApp", "StreamDropped"]
 
 log = logging.getLogger("lizard_local")
 
@@ -52,6 +52,9 @@ SIGNALS = {
     for name in ("SIGTERM", "SIGKILL", "SIGINT", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2")
 }
 _SLASHES = re.compile(r"/{2,}")
+SPECIAL_FILE_BLOCK_S = 60.0
+"""With ``special_file_reads="block"`` (or ``"stream"``), the longest a ``GET files`` of a special
+file hangs (or streams)."""
 
 
 class StreamDropped(Exception):
@@ -593,13 +596,20 @@ class LizardApp:
             files.write_file(sb, path, data, account)
         return json_response({"path": path, "size": len(data)})
 
-    async def read_file(self, req: Request) -> Response:
+    async def read_file(self, req: Request) -> Response | StreamResponse:
         """E17: the raw bytes."""
         sb = self._running(req)
         path = files.require_abs(req.query.get("path"))
         if req.query.get("user"):
             sb.user(req.query["user"])
-        data = files.read_file(sb, path)
+        try:
+            data = files.read_file(sb, path)
+        except ApiError as exc:
+            if exc.code == "NOT_A_FILE" and self.settings.special_file_reads == "stream":
+                return StreamResponse(200, "application/octet-stream", _stream_zeros)
+            if exc.code == "NOT_A_FILE" and self.settings.special_file_reads == "block":
+                await _until_disconnect(req.receive, SPECIAL_FILE_BLOCK_S)
+            raise
         return Response(200, data, "text/plain; charset=utf-8")
 
     async def delete_file(self, req: Request) -> Response:
@@ -722,6 +732,30 @@ class LizardApp:
         if self.on_shutdown is not None:
             asyncio.get_running_loop().call_soon(self.on_shutdown)
         return json_response({"ok": True})
+
+
+async def _stream_zeros(send_chunk: Callable[[bytes], Awaitable[None]]) -> None:
+    """Zeros without a length, as a server copying ``/dev/zero`` sends them (for a while)."""
+    loop = asyncio.get_running_loop()
+    stop_at = loop.time() + SPECIAL_FILE_BLOCK_S
+    block = bytes(64 * 1024)
+    while loop.time() < stop_at:
+        await send_chunk(block)
+        await asyncio.sleep(0.01)
+
+
+async def _until_disconnect(receive: Receive | None, seconds: float) -> None:
+    """Return when the client has gone away, or after ``seconds`` (the event loop stays free)."""
+    if receive is None:
+        await asyncio.sleep(seconds)
+        return
+
+    async def disconnected() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(disconnected(), seconds)
 
 
 async def _watch_disconnect(receive: Receive, run: CommandRun) -> None:

@@ -7,6 +7,11 @@ from typing import Any
 
 __all__ = ["Settings"]
 
+_CHOICES: dict[str, tuple[str, ...]] = {
+    "json_output": ("lines", "verbatim"),
+    "special_file_reads": ("reject", "block", "stream"),
+}
+
 
 @dataclass
 class Settings:
@@ -32,6 +37,12 @@ class Settings:
     #: JSON-mode ``stdout``/``stderr``: ``"lines"`` = the streamed lines joined by ``\n`` (no
     #: trailing newline, like the SDK's streaming result); ``"verbatim"`` = the bytes as written.
     json_output: str = "lines"
+    #: ``GET files`` of a FIFO, socket or device: ``"reject"`` = answer 400 ``NOT_A_FILE`` at
+    #: once; ``"block"`` = hang like a server that calls ``open()`` on it, until the client
+    #: disconnects (or :data:`lizard_local.app.SPECIAL_FILE_BLOCK_S` pass), then answer that 400;
+    #: ``"stream"`` = answer 200 and stream zeros without a length, like a server copying
+    #: ``/dev/zero``, for as long.
+    special_file_reads: str = "reject"
 
     def update(self, changes: dict[str, Any]) -> None:
         """Apply ``changes`` (snake_case names); ValueError on an unknown name or bad value."""
@@ -39,9 +50,11 @@ class Settings:
         for name, value in changes.items():
             if name not in known:
                 raise ValueError(f"unknown setting {name!r}")
-            if name == "json_output" and value not in ("lines", "verbatim"):
-                raise ValueError("json_output must be 'lines' or 'verbatim'")
-            if name == "cap_sse":
+            if name in _CHOICES:
+                if value not in _CHOICES[name]:
+                    allowed = ", ".join(repr(choice) for choice in _CHOICES[name])
+                    raise ValueError(f"{name} must be one of {allowed}")
+            elif name == "cap_sse":
                 if not isinstance(value, bool):
                     raise ValueError("cap_sse must be a boolean")
             elif name == "stream_cap_bytes":
@@ -49,9 +62,7 @@ class Settings:
                     isinstance(value, bool) or not isinstance(value, int) or value < 0
                 ):
                     raise ValueError("stream_cap_bytes must be a non-negative integer or null")
-            elif name != "json_output" and (
-                isinstance(value, bool) or not isinstance(value, int | float) or value <= 0
-            ):
+            elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
                 raise ValueError(f"{name} must be a positive number")
             if name in ("line_split_bytes", "max_body_bytes") or name.endswith("_ms"):
                 value = int(value)
