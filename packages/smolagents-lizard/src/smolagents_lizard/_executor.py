@@ -41,8 +41,8 @@ from smolagents.tools import Tool, get_tools_definition_code
 
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
+from lizard_core.packages import missing_requirements, requirements
 from lizard_core.session import Session
-from smolagents_lizard import _packages
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
     FINAL_ANSWER_EXCEPTION,
@@ -139,7 +139,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             )
         if isinstance(additional_imports, str):
             raise TypeError("additional_imports must be a list of package names, not a str")
-        imports = _packages.requirements(additional_imports or [])
+        imports = requirements(additional_imports or [])
         _check_ms("command_timeout_ms", command_timeout_ms, MAX_STEP_TIMEOUT_MS)
         _check_ms("install_timeout_ms", install_timeout_ms, MAX_STEP_TIMEOUT_MS)
         _check_positive_int("max_print_outputs_length", max_print_outputs_length)
@@ -251,7 +251,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         # What only final_answer needs is optional there (see guard_optional_imports).
         others = set().union(*(reqs for name, reqs in needs.items() if name != "final_answer"))
         optional = (OPTIONAL_MODULES & needs.get("final_answer", set())) - others
-        wanted = _packages.requirements(sorted(set().union(*needs.values()) - optional))
+        wanted = requirements(sorted(set().union(*needs.values()) - optional))
         # One check (and at most one pip run) for the constructor's packages and the tools'.
         self._install_pending([req for req in wanted if req not in self.installed_packages])
         code = guard_optional_imports(get_tools_definition_code(tools), optional)
@@ -282,13 +282,11 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         ``PackageInstallError`` with pip's output when pip fails.
         """
         self._check_open()
-        reqs = _packages.requirements(additional_imports)
+        reqs = requirements(additional_imports)
         if not reqs:
             return []
-        check, _ = self._execute(
-            _packages.missing_check_code(reqs), live=False, doing="checking installed packages"
-        )
-        missing = reqs if check.error else _packages.parse_missing(check.text or "", reqs)
+        with mapped_errors("checking installed packages"):
+            missing = missing_requirements(self._kernel, reqs, timeout=self._step_timeout)
         if missing:
             self.logger.log(
                 f"Installing {', '.join(missing)} in the sandbox...", level=LogLevel.INFO

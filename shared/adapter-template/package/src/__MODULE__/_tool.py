@@ -22,8 +22,9 @@ contract in ``tests/test_contract.py``):
 To adapt it to __TITLE__: wrap (or subclass) this class in the framework's
 tool type, name and describe it the way __TITLE__ presents tools to the model,
 and map errors in ``_errors.py``. A code executor would hold a
-``lizard_core.kernel.Kernel`` instead of running commands; a workspace or file tool would add
-``lizard_core.files``. See docs/adding-an-adapter.md.
+``lizard_core.kernel.Kernel`` instead of running commands (and install what its code imports with
+``lizard_core.packages``); a workspace or file tool would add ``lizard_core.files``. See
+docs/adding-an-adapter.md.
 """
 
 from __future__ import annotations
