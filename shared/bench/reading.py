@@ -114,7 +114,9 @@ def _memory_line(run: Run) -> str | None:
         return None
     small, large = min(ours, key=lambda m: m["size_mib"]), max(ours, key=lambda m: m["size_mib"])
     grow_write = large["write_peak_mib"] - small["write_peak_mib"]
-    grow_read = large["read_beyond_file_mib"] - small["read_beyond_file_mib"]
+    # A negative "beyond" (memory the write left behind, reused by the read) counts as none, as
+    # in the table.
+    grow_read = max(large["read_beyond_file_mib"], 0) - max(small["read_beyond_file_mib"], 0)
     scale = large["size_mib"] - small["size_mib"]
     bounded = max(grow_write, grow_read) < scale / 4
     return (
