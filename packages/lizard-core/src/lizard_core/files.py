@@ -44,8 +44,9 @@ Contract (proven against lizard-local in ``tests/test_files.py``):
   the host (plus its base64 form) and :meth:`SandboxFiles.iter_bytes` one chunk, with one
   1 MiB copy block in the guest, whose job directory holds at most one chunk.
   :meth:`SandboxFiles.read_bytes` returns the fetched body itself, written as it arrives into
-  one buffer sized from its ``Content-Length``: no second joined copy, no growth margin. :meth:`SandboxFiles.iter_bytes` and
-  :meth:`SandboxFiles.write_chunks` keep whole files out of host memory altogether.
+  one buffer sized from its ``Content-Length``: no second joined copy, no growth margin.
+  :meth:`SandboxFiles.iter_bytes` and :meth:`SandboxFiles.write_chunks` keep whole files out of
+  host memory altogether.
 - **Async.** Every operation has an ``a``-prefixed coroutine. A cancelled task waits for the
   operation already sent to finish (file operations are short and must not be cut halfway),
   then propagates.
