@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
+from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.kernel import Kernel
 from lizard_core.packages import (
+    PackageCheck,
     _check_code,
     _parse_missing,
     amissing_requirements,
@@ -119,8 +121,8 @@ def test_nothing_is_requested_for_bad_arguments(
         missing_requirements(kernel, ["numpy"], timeout=0)
     with pytest.raises(ValueError, match="not a pip requirement"):
         asyncio.run(amissing_requirements(kernel, ["-e ."]))
-    assert missing_requirements(kernel, []) == []
-    assert asyncio.run(amissing_requirements(kernel, [])) == []
+    assert missing_requirements(kernel, []) == PackageCheck([])
+    assert asyncio.run(amissing_requirements(kernel, [])) == PackageCheck([])
     assert api_requests.counts() == {}
     assert session.sandbox_id is None
 
@@ -129,7 +131,10 @@ def test_the_check_is_one_request(kernel: Kernel, api_requests: Any) -> None:
     kernel.execute("x = 21", timeout=30)
     api_requests.reset()
     reqs = ["json", ABSENT, "emoji==2.15.0", "requests[socks]"]
-    assert missing_requirements(kernel, reqs) == [ABSENT, "emoji==2.15.0", "requests[socks]"]
+    check = missing_requirements(kernel, reqs)
+    assert check == PackageCheck([ABSENT, "emoji==2.15.0", "requests[socks]"])
+    assert not check.state_lost
+    assert check.notice is None
     assert api_requests.counts() == {EXEC: 1}
     # The namespace is untouched: no names leak from the check.
     result = kernel.execute("(x, 'req' in dir(), 'mod' in dir())", timeout=30)
@@ -147,9 +152,10 @@ def test_the_check_sees_the_running_kernels_modules(kernel: Kernel) -> None:
         f"sys.path.insert(0, {root!r})\n"
     )
     try:
-        assert missing_requirements(kernel, ["pyyaml", ABSENT]) in (["pyyaml", ABSENT], [ABSENT])
+        before = missing_requirements(kernel, ["pyyaml", ABSENT]).missing
+        assert before in (["pyyaml", ABSENT], [ABSENT])
         assert kernel.execute(code, timeout=30).error is None
-        assert missing_requirements(kernel, ["pyyaml", ABSENT]) == [ABSENT]
+        assert missing_requirements(kernel, ["pyyaml", ABSENT]) == PackageCheck([ABSENT])
     finally:
         kernel.execute(f"import shutil\nshutil.rmtree({root!r}, ignore_errors=True)", timeout=30)
 
@@ -157,14 +163,38 @@ def test_the_check_sees_the_running_kernels_modules(kernel: Kernel) -> None:
 def test_a_failed_check_reports_every_requirement(kernel: Kernel) -> None:
     # A namespace that shadows __import__ makes the check cell fail: install everything.
     kernel.execute("__import__ = None", timeout=30)
-    assert missing_requirements(kernel, ["json", ABSENT]) == ["json", ABSENT]
+    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck(["json", ABSENT])
     kernel.execute("del __import__", timeout=30)
-    assert missing_requirements(kernel, ["json", ABSENT]) == [ABSENT]
+    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck([ABSENT])
 
 
 def test_the_async_check(kernel: Kernel, api_requests: Any) -> None:
-    async def main() -> list[str]:
+    async def main() -> PackageCheck:
         return await amissing_requirements(kernel, ["json", ABSENT, "emoji==2.15.0"])
 
-    assert asyncio.run(main()) == [ABSENT, "emoji==2.15.0"]
+    assert asyncio.run(main()) == PackageCheck([ABSENT, "emoji==2.15.0"])
     assert api_requests.counts() == {EXEC: 1}
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_check_that_finds_the_kernel_dead_reports_the_loss(
+    kernel: Kernel, asynchronous: bool
+) -> None:
+    pid = kernel.execute("import os\nkept = 1\nos.getpid()", timeout=30).text
+    assert pid is not None
+    run_command(kernel.session, ["kill", "-9", pid])  # from outside, between two calls
+    reqs = ["json", ABSENT]
+    if asynchronous:
+        check = asyncio.run(amissing_requirements(kernel, reqs))
+    else:
+        check = missing_requirements(kernel, reqs)
+    # The fresh kernel answered the check, and the loss is not swallowed.
+    assert check.missing == [ABSENT]
+    assert check.state_lost
+    assert check.notice is not None
+    assert "died" in check.notice
+    after = kernel.execute("'kept' in dir()", timeout=30)
+    assert after.error is None
+    assert after.text == "False"
+    assert not after.state_lost  # reported once, by the check
+    assert after.notice is None

@@ -18,6 +18,9 @@ from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentError
 from smolagents_support import LIVE, ScriptedModel, code, recording_logger
 
+from lizard_core.commands import run_command
+from lizard_core.config import SandboxConfig
+from lizard_core.session import Session
 from smolagents_lizard import LizardExecutor, PackageInstallError, SandboxUnavailableError
 
 MakeExecutor = Callable[..., LizardExecutor]
@@ -334,6 +337,69 @@ def test_a_kernel_that_dies_is_replaced_and_the_model_told(
     assert "every variable, import and function defined in earlier steps is gone" in str(
         steps(agent)[1].error
     )
+
+
+def test_a_kernel_lost_before_install_packages_is_restored_and_the_model_told(
+    make_executor: MakeExecutor, backend: Any
+) -> None:
+    @tool  # type: ignore[untyped-decorator]  # smolagents is untyped
+    def shout(text: str) -> str:
+        """Return the text in capitals.
+
+        Args:
+            text: what to shout.
+        """
+        return text.upper() + "!"
+
+    executor = make_executor()
+    agent = CodeAgent(
+        tools=[shout],
+        model=ScriptedModel(
+            # A module in the working directory: importable in any kernel of this sandbox.
+            code("import os\nopen('lizard_probe.py', 'w').close()\nbefore = 1"),
+            code("final_answer(os.getpid())"),
+        ),
+        executor=executor,
+        max_steps=2,
+        verbosity_level=LogLevel.OFF,
+    )
+    pid = agent.run("Work.", additional_args={"seed": 3})
+    # The kernel dies between two runs, killed from outside (another session on the sandbox).
+    other = Session(SandboxConfig.from_env(**backend.connection), sandbox_id=executor.sandbox_id)
+    try:
+        run_command(other, ["kill", "-9", str(pid)])
+    finally:
+        other.close()
+    # The package check is the call that finds the kernel dead.
+    assert executor.install_packages(["lizard_probe"]) == ["lizard_probe"]
+    step = executor("[shout('back'), seed, 'before' in globals()]")
+    assert step.output == "['BACK!', 3, False]"  # the tool and the variables were restored
+    assert "every variable, import and function defined in earlier steps is gone" in step.logs
+    assert "gone" not in executor("1 + 1").logs  # told once
+
+
+def test_a_kernel_lost_between_runs_is_told_on_the_next_runs_first_step(
+    make_executor: MakeExecutor, backend: Any
+) -> None:
+    executor = make_executor()
+    model = ScriptedModel(
+        code("kept = 1\nimport os\nfinal_answer(os.getpid())"),
+        code("final_answer(['kept' in globals(), seed])"),
+    )
+    agent = CodeAgent(
+        tools=[], model=model, executor=executor, max_steps=2, verbosity_level=LogLevel.OFF
+    )
+    pid = agent.run("Work.", additional_args={"seed": 3})
+    other = Session(SandboxConfig.from_env(**backend.connection), sandbox_id=executor.sandbox_id)
+    try:
+        run_command(other, ["kill", "-9", str(pid)])
+    finally:
+        other.close()
+    # The second run's set-up (variables, then tools) finds the kernel dead and defines both in
+    # the fresh one; its first step tells the model what was lost.
+    assert agent.run("Again.", reset=False, additional_args={"seed": 4}) == [False, 4]
+    observation = agent.memory.steps[-1].observations or ""
+    assert "every variable, import and function defined in earlier steps is gone" in observation
 
 
 def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(

@@ -18,16 +18,16 @@ check against lizard-local):
   before any request.
 - **The check.** :func:`missing_requirements` (and :func:`amissing_requirements`) costs one
   cell (one request through :meth:`~lizard_core.kernel.Kernel.execute`), none for an empty
-  list. A requirement with a version or an extra is always reported (pip decides whether it is
-  satisfied); a bare name only when its module cannot be found by the kernel's Python
-  (``importlib.util.find_spec``). The answer is a sublist of the requirements given, in their
-  order. When the cell fails (a timeout, a namespace that shadows ``__import__``) or its value
-  cannot be read, every requirement is reported: installing too much is safe, skipping a
-  package is not.
+  list, and returns a :class:`PackageCheck`. A requirement with a version or an extra is always
+  reported missing (pip decides whether it is satisfied); a bare name only when its module
+  cannot be found by the kernel's Python (``importlib.util.find_spec``). ``missing`` is a
+  sublist of the requirements given, in their order. When the cell fails (a timeout, a
+  namespace that shadows ``__import__``) or its value cannot be read, every requirement is
+  reported: installing too much is safe, skipping a package is not.
 - **The kernel.** The check runs in the kernel's namespace without changing it. It is an
-  ordinary cell, so if it is the call that finds the kernel dead, the fresh kernel answers and
-  the ``state_lost`` notice goes with it; a caller that must report lost state runs its own
-  cell first.
+  ordinary cell: if it is the call that finds the kernel dead or replaced, the fresh kernel
+  answers and the loss is reported as for any cell, in :attr:`PackageCheck.state_lost` and
+  :attr:`PackageCheck.notice`; the next call does not report it again.
 """
 
 from __future__ import annotations
@@ -36,12 +36,14 @@ import ast
 import re
 import sys
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 from lizard_core.kernel import ExecutionResult, Kernel
 
 __all__ = [
     "CHECK_TIMEOUT_S",
+    "PackageCheck",
     "amissing_requirements",
     "missing_requirements",
     "module_name",
@@ -50,6 +52,19 @@ __all__ = [
 
 CHECK_TIMEOUT_S: Final = 60.0
 """Default seconds the missing-package check cell may run before it is interrupted."""
+
+
+@dataclass(frozen=True)
+class PackageCheck:
+    """What :func:`missing_requirements` found, and whether its cell found the kernel lost."""
+
+    missing: list[str]
+    """The requirements to pass to :meth:`~lizard_core.kernel.Kernel.install`, in order."""
+    state_lost: bool = False
+    """The check ran in a fresh kernel: the namespace earlier calls built is gone."""
+    notice: str | None = None
+    """Why state was lost, in words fit for a user or a model; None when it was not."""
+
 
 # Modules whose distribution on PyPI has another name, both ways.
 _DISTRIBUTIONS: Final = {
@@ -119,8 +134,10 @@ def module_name(requirement: str) -> str | None:
 
 def missing_requirements(
     kernel: Kernel, reqs: Sequence[str], *, timeout: float = CHECK_TIMEOUT_S
-) -> list[str]:
+) -> PackageCheck:
     """Return the requirements the kernel's sandbox must install, checked in one cell.
+
+    Like any cell, the check reports a kernel it found dead or replaced (``state_lost``).
 
     Args:
         kernel: The kernel whose Python will import the packages.
@@ -128,8 +145,11 @@ def missing_requirements(
         timeout: Seconds the check cell may run.
 
     Returns:
-        The sublist of ``reqs`` to pass to :meth:`~lizard_core.kernel.Kernel.install`: pinned
-        requirements and bare ones whose module is absent; all of ``reqs`` when the check fails.
+        A :class:`PackageCheck`: its ``missing`` is the sublist of ``reqs`` to pass to
+        :meth:`~lizard_core.kernel.Kernel.install` (pinned requirements and bare ones whose
+        module is absent; all of ``reqs`` when the check fails), and ``state_lost`` and
+        ``notice`` report a kernel that the check found dead or replaced, as
+        :class:`~lizard_core.kernel.ExecutionResult` does.
 
     Raises:
         TypeError: ``kernel`` is not a Kernel, or ``reqs`` is a str or holds a non-str.
@@ -137,7 +157,7 @@ def missing_requirements(
     """
     checked = _checked(kernel, reqs)
     if not checked:
-        return []
+        return PackageCheck([])
     result = kernel.execute(_check_code(checked), timeout=timeout)
     return _answer(result, checked)
 
@@ -147,11 +167,11 @@ async def amissing_requirements(
     reqs: Sequence[str],
     *,
     timeout: float = CHECK_TIMEOUT_S,  # noqa: ASYNC109 - the cell's limit, enforced in the guest
-) -> list[str]:
+) -> PackageCheck:
     """Async :func:`missing_requirements`; cancelling the task interrupts the check cell."""
     checked = _checked(kernel, reqs)
     if not checked:
-        return []
+        return PackageCheck([])
     result = await kernel.aexecute(_check_code(checked), timeout=timeout)
     return _answer(result, checked)
 
@@ -185,11 +205,10 @@ def _check_code(reqs: list[str]) -> str:
     )
 
 
-def _answer(result: ExecutionResult, reqs: list[str]) -> list[str]:
-    """The check cell's answer; every requirement when the cell failed."""
-    if result.error is not None:
-        return list(reqs)
-    return _parse_missing(result.text or "", reqs)
+def _answer(result: ExecutionResult, reqs: list[str]) -> PackageCheck:
+    """The check cell's answer (every requirement when the cell failed), and any lost state."""
+    missing = list(reqs) if result.error is not None else _parse_missing(result.text or "", reqs)
+    return PackageCheck(missing, state_lost=result.state_lost, notice=result.notice)
 
 
 def _parse_missing(text_repr: str, reqs: list[str]) -> list[str]:

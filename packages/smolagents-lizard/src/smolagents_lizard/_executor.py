@@ -14,7 +14,9 @@ What this module maps, and what it leaves to the base class:
   final answer (safe JSON only), or a ``StepError`` carrying the output printed before the error,
   the exception name and an ANSI-free traceback. A timeout interrupts the cell and says so; a cell
   that will not stop gets the kernel restarted, tools and variables re-sent, and the model is told
-  its state was lost. A sandbox that is gone ends the run (``SandboxUnavailableError``).
+  its state was lost. A kernel found dead or replaced while checking or installing packages is
+  handled the same way, and the model is told on the next step. A sandbox that is gone ends the
+  run (``SandboxUnavailableError``).
 - ``cleanup()`` deletes a sandbox the executor created (an attached one is left running); so
   does dropping the executor without it, or the process exiting, as a last resort. When a
   deletion fails the handle is kept so ``cleanup()`` can be retried; while another exception is
@@ -41,7 +43,7 @@ from smolagents.tools import Tool, get_tools_definition_code
 
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
-from lizard_core.packages import missing_requirements, requirements
+from lizard_core.packages import PackageCheck, missing_requirements, requirements
 from lizard_core.session import Session
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
@@ -183,6 +185,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         self._pending_imports = imports
         self._tools_code: str | None = None
         self._variables_code: str | None = None
+        # A loss found outside a step (by install_packages), told to the model by the next step.
+        self._lost_notice: str | None = None
         self._closed = False
         # A sandbox nobody can reach any more (the executor was dropped without cleanup(), or
         # the process is exiting) is deleted rather than left running until its lifetime ends.
@@ -286,13 +290,16 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         if not reqs:
             return []
         with mapped_errors("checking installed packages"):
-            missing = missing_requirements(self._kernel, reqs, timeout=self._step_timeout)
+            check = missing_requirements(self._kernel, reqs, timeout=self._step_timeout)
+        self._after_loss(check)
+        missing = check.missing
         if missing:
             self.logger.log(
                 f"Installing {', '.join(missing)} in the sandbox...", level=LogLevel.INFO
             )
             with mapped_errors("installing packages"):
                 outcome = self._kernel.install(missing, timeout=self._install_timeout)
+            self._after_loss(outcome)
             pip_output = strip_ansi(outcome.stdout + outcome.stderr)
             if outcome.error is not None:
                 detail = pip_output if pip_output.strip() else outcome.error.traceback
@@ -363,6 +370,10 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     def _run_setup(self, code: str, doing: str) -> None:
         """Run a setup cell (tools, variables); an error in it is raised, never hidden."""
         result, logs = self._execute(code, live=False, doing=doing)
+        if result.state_lost:
+            # Found at a run's start (send_variables, then send_tools): this cell and the next
+            # define what the run needs in the fresh kernel; the model is told on its first step.
+            self._lost_notice = _join(result.notice or "", _STATE_LOST)
         try:
             output = self._outcome(result, logs, restore=False)
         except StepError as exc:
@@ -377,6 +388,12 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         if self._variables_code is not None:
             self._run_setup(self._variables_code, "defining the variables again")
 
+    def _after_loss(self, result: ExecutionResult | PackageCheck) -> None:
+        """After a loss found outside a step: restore, and keep the notice for the next step."""
+        if result.state_lost:
+            self._lost_notice = _join(result.notice or "", _STATE_LOST)
+            self._restore()
+
     def _outcome(self, result: ExecutionResult, logs: str, *, restore: bool = True) -> CodeOutput:
         logs = cap_logs(logs, self._max_logs)
         # For error messages: the output printed before the error, labelled as smolagents does.
@@ -386,13 +403,17 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             if restore:
                 self._restore()
             notice = _join(result.notice or "", _STATE_LOST)
+        if restore:  # a step: it also tells a loss install_packages found
+            notice, self._lost_notice = notice or self._lost_notice or "", None
         error = result.error
         if error is not None and error.name == FINAL_ANSWER_EXCEPTION and not result.timed_out:
             try:
                 answer = decode_final_answer(error.message, max_bytes=self._max_answer)
             except FinalAnswerError as exc:
                 raise StepError(_join(printed, f"{type(exc).__name__}: {exc}", notice)) from exc
-            return CodeOutput(output=answer, logs=logs, is_final_answer=True)
+            return CodeOutput(
+                output=answer, logs=_join(notice, logs) if notice else logs, is_final_answer=True
+            )
         if result.timed_out:
             kept = "" if notice else " Variables from earlier steps are kept."
             raise StepError(
