@@ -339,6 +339,15 @@ def test_a_kernel_that_dies_is_replaced_and_the_model_told(
     )
 
 
+def _kill_from_outside(backend: Any, executor: LizardExecutor, pid: int) -> None:
+    """Kill the kernel between two runs, from another session on the executor's sandbox."""
+    other = Session(SandboxConfig.from_env(**backend.connection), sandbox_id=executor.sandbox_id)
+    try:
+        run_command(other, ["kill", "-9", str(pid)])
+    finally:
+        other.close()
+
+
 def test_a_kernel_lost_before_install_packages_is_restored_and_the_model_told(
     make_executor: MakeExecutor, backend: Any
 ) -> None:
@@ -364,12 +373,7 @@ def test_a_kernel_lost_before_install_packages_is_restored_and_the_model_told(
         verbosity_level=LogLevel.OFF,
     )
     pid = agent.run("Work.", additional_args={"seed": 3})
-    # The kernel dies between two runs, killed from outside (another session on the sandbox).
-    other = Session(SandboxConfig.from_env(**backend.connection), sandbox_id=executor.sandbox_id)
-    try:
-        run_command(other, ["kill", "-9", str(pid)])
-    finally:
-        other.close()
+    _kill_from_outside(backend, executor, pid)
     # The package check is the call that finds the kernel dead.
     assert executor.install_packages(["lizard_probe"]) == ["lizard_probe"]
     step = executor("[shout('back'), seed, 'before' in globals()]")
@@ -390,11 +394,7 @@ def test_a_kernel_lost_between_runs_is_told_on_the_next_runs_first_step(
         tools=[], model=model, executor=executor, max_steps=2, verbosity_level=LogLevel.OFF
     )
     pid = agent.run("Work.", additional_args={"seed": 3})
-    other = Session(SandboxConfig.from_env(**backend.connection), sandbox_id=executor.sandbox_id)
-    try:
-        run_command(other, ["kill", "-9", str(pid)])
-    finally:
-        other.close()
+    _kill_from_outside(backend, executor, pid)
     # The second run's set-up (variables, then tools) finds the kernel dead and defines both in
     # the fresh one; its first step tells the model what was lost.
     assert agent.run("Again.", reset=False, additional_args={"seed": 4}) == [False, 4]
