@@ -121,8 +121,8 @@ def test_nothing_is_requested_for_bad_arguments(
         missing_requirements(kernel, ["numpy"], timeout=0)
     with pytest.raises(ValueError, match="not a pip requirement"):
         asyncio.run(amissing_requirements(kernel, ["-e ."]))
-    assert missing_requirements(kernel, []) == PackageCheck([])
-    assert asyncio.run(amissing_requirements(kernel, [])) == PackageCheck([])
+    assert missing_requirements(kernel, []) == PackageCheck(())
+    assert asyncio.run(amissing_requirements(kernel, [])) == PackageCheck(())
     assert api_requests.counts() == {}
     assert session.sandbox_id is None
 
@@ -132,7 +132,7 @@ def test_the_check_is_one_request(kernel: Kernel, api_requests: Any) -> None:
     api_requests.reset()
     reqs = ["json", ABSENT, "emoji==2.15.0", "requests[socks]"]
     check = missing_requirements(kernel, reqs)
-    assert check == PackageCheck([ABSENT, "emoji==2.15.0", "requests[socks]"])
+    assert check == PackageCheck((ABSENT, "emoji==2.15.0", "requests[socks]"))
     assert not check.state_lost
     assert check.notice is None
     assert api_requests.counts() == {EXEC: 1}
@@ -153,9 +153,9 @@ def test_the_check_sees_the_running_kernels_modules(kernel: Kernel) -> None:
     )
     try:
         before = missing_requirements(kernel, ["pyyaml", ABSENT]).missing
-        assert before in (["pyyaml", ABSENT], [ABSENT])
+        assert before in (("pyyaml", ABSENT), (ABSENT,))
         assert kernel.execute(code, timeout=30).error is None
-        assert missing_requirements(kernel, ["pyyaml", ABSENT]) == PackageCheck([ABSENT])
+        assert missing_requirements(kernel, ["pyyaml", ABSENT]) == PackageCheck((ABSENT,))
     finally:
         kernel.execute(f"import shutil\nshutil.rmtree({root!r}, ignore_errors=True)", timeout=30)
 
@@ -163,16 +163,16 @@ def test_the_check_sees_the_running_kernels_modules(kernel: Kernel) -> None:
 def test_a_failed_check_reports_every_requirement(kernel: Kernel) -> None:
     # A namespace that shadows __import__ makes the check cell fail: install everything.
     kernel.execute("__import__ = None", timeout=30)
-    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck(["json", ABSENT])
+    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck(("json", ABSENT))
     kernel.execute("del __import__", timeout=30)
-    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck([ABSENT])
+    assert missing_requirements(kernel, ["json", ABSENT]) == PackageCheck((ABSENT,))
 
 
 def test_the_async_check(kernel: Kernel, api_requests: Any) -> None:
     async def main() -> PackageCheck:
         return await amissing_requirements(kernel, ["json", ABSENT, "emoji==2.15.0"])
 
-    assert asyncio.run(main()) == PackageCheck([ABSENT, "emoji==2.15.0"])
+    assert asyncio.run(main()) == PackageCheck((ABSENT, "emoji==2.15.0"))
     assert api_requests.counts() == {EXEC: 1}
 
 
@@ -189,7 +189,7 @@ def test_a_check_that_finds_the_kernel_dead_reports_the_loss(
     else:
         check = missing_requirements(kernel, reqs)
     # The fresh kernel answered the check, and the loss is not swallowed.
-    assert check.missing == [ABSENT]
+    assert check.missing == (ABSENT,)
     assert check.state_lost
     assert check.notice is not None
     assert "died" in check.notice

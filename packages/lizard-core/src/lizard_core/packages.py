@@ -58,7 +58,7 @@ CHECK_TIMEOUT_S: Final = 60.0
 class PackageCheck:
     """What :func:`missing_requirements` found, and whether its cell found the kernel lost."""
 
-    missing: list[str]
+    missing: tuple[str, ...]
     """The requirements to pass to :meth:`~lizard_core.kernel.Kernel.install`, in order."""
     state_lost: bool = False
     """The check ran in a fresh kernel: the namespace earlier calls built is gone."""
@@ -157,7 +157,7 @@ def missing_requirements(
     """
     checked = _checked(kernel, reqs)
     if not checked:
-        return PackageCheck([])
+        return PackageCheck(())
     result = kernel.execute(_check_code(checked), timeout=timeout)
     return _answer(result, checked)
 
@@ -171,7 +171,7 @@ async def amissing_requirements(
     """Async :func:`missing_requirements`; cancelling the task interrupts the check cell."""
     checked = _checked(kernel, reqs)
     if not checked:
-        return PackageCheck([])
+        return PackageCheck(())
     result = await kernel.aexecute(_check_code(checked), timeout=timeout)
     return _answer(result, checked)
 
@@ -208,7 +208,7 @@ def _check_code(reqs: list[str]) -> str:
 def _answer(result: ExecutionResult, reqs: list[str]) -> PackageCheck:
     """The check cell's answer (every requirement when the cell failed), and any lost state."""
     missing = list(reqs) if result.error is not None else _parse_missing(result.text or "", reqs)
-    return PackageCheck(missing, state_lost=result.state_lost, notice=result.notice)
+    return PackageCheck(tuple(missing), state_lost=result.state_lost, notice=result.notice)
 
 
 def _parse_missing(text_repr: str, reqs: list[str]) -> list[str]:

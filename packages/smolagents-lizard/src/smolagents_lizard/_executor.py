@@ -292,7 +292,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         with mapped_errors("checking installed packages"):
             check = missing_requirements(self._kernel, reqs, timeout=self._step_timeout)
         self._after_loss(check)
-        missing = check.missing
+        missing = list(check.missing)
         if missing:
             self.logger.log(
                 f"Installing {', '.join(missing)} in the sandbox...", level=LogLevel.INFO
