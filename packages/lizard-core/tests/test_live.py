@@ -1,8 +1,8 @@
 """The guest protocol against the Lizard cloud: what lizard-local can only assume.
 
 Runs only with LIZARD_LIVE_TESTS=1 and LIZARD_API_KEY / LIZARD_PROJECT_ID set (`nox -s live --
-lizard-core`); it creates one billed sandbox and destroys it. The credentials are read when this
-module is imported, before lizard-local's pytest plugin points LIZARD_* at the emulator.
+lizard-core`); it creates one billed sandbox and destroys it. The account comes from lizard-local's
+pytest plugin (``lizard_cloud``).
 
 What it settles, which lizard-local only emulates: whether exact bytes survive the platform's
 stream cap and line splitting, what the files endpoint does with a FIFO, a device and a
@@ -25,33 +25,21 @@ from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.files import READ_GUARD_S, SandboxFiles
 from lizard_core.session import Session
+from lizard_local.pytest_plugin import LIVE, Cloud
 
-_CLOUD = {
-    "api_key": os.environ.get("LIZARD_API_KEY", ""),
-    "project_id": os.environ.get("LIZARD_PROJECT_ID", ""),
-    "api_url": os.environ.get("LIZARD_API_URL") or "https://lizard.build",
-}
-_ENABLED = os.environ.get("LIZARD_LIVE_TESTS") == "1" and all(_CLOUD.values())
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.enable_socket,
-    pytest.mark.skipif(
-        not _ENABLED, reason="set LIZARD_LIVE_TESTS=1, LIZARD_API_KEY and LIZARD_PROJECT_ID"
-    ),
-]
+pytestmark = [*LIVE, pytest.mark.enable_socket]
 
 MiB = 1024 * 1024
 SCRATCH = "/tmp/lizard-core-live"
 
 
 @pytest.fixture(scope="module")
-def cloud() -> Iterator[Session]:
+def cloud(lizard_cloud: Cloud) -> Iterator[Session]:
     # Short-lived on purpose: a lost connection cannot leave a sandbox billing for long.
     config = SandboxConfig.from_env(
-        api_key=_CLOUD["api_key"],
-        project_id=_CLOUD["project_id"],
-        api_url=_CLOUD["api_url"],
+        api_key=lizard_cloud.api_key,
+        project_id=lizard_cloud.project_id,
+        api_url=lizard_cloud.api_url,
         lifetime_ms=900_000,
         integration="lizard-core-live-tests",
     )
@@ -93,14 +81,14 @@ def test_reads_are_exact_and_special_files_fail_without_blocking(cloud: Session)
         files.read_bytes(f"{SCRATCH}/missing")
 
 
-def test_the_files_endpoint_sends_a_length(cloud: Session) -> None:
+def test_the_files_endpoint_sends_a_length(cloud: Session, lizard_cloud: Cloud) -> None:
     # Without a Content-Length a read cannot tell a file from a device streamed without end, so
     # lizard_core asks the guest first: two requests per read instead of one.
     SandboxFiles(cloud).write_bytes(f"{SCRATCH}/sized", b"12345")
     response = httpx.get(
-        f"{_CLOUD['api_url']}/api/sandboxes/{cloud.sandbox_id}/files",
+        f"{lizard_cloud.api_url}/api/sandboxes/{cloud.sandbox_id}/files",
         params={"path": f"{SCRATCH}/sized"},
-        headers={"X-API-Key": _CLOUD["api_key"]},
+        headers={"X-API-Key": lizard_cloud.api_key},
         timeout=60,
     )
     assert response.status_code == 200

@@ -1,14 +1,12 @@
 """The conformance suite and an agent run against the Lizard cloud.
 
 Runs only with LIZARD_LIVE_TESTS=1 and LIZARD_API_KEY / LIZARD_PROJECT_ID set (`nox -s live`); it
-creates billed sandboxes and destroys every one. The credentials are read when this module is
-imported, before lizard-local's pytest plugin points LIZARD_* at the emulator, and passed to each
-backend explicitly.
+creates billed sandboxes and destroys every one. The account comes from lizard-local's pytest
+plugin (``lizard_cloud``) and is passed to each backend explicitly.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -17,37 +15,25 @@ import pytest
 from pydantic_ai.workspaces import WorkspaceBackend, WorkspaceRef
 from pydantic_ai.workspaces.conformance import WorkspaceBackendSuite
 
+from lizard_local.pytest_plugin import LIVE, Cloud
 from pydantic_ai_lizard import LizardSandboxBackend
 
-_CLOUD = {
-    "api_key": os.environ.get("LIZARD_API_KEY", ""),
-    "project_id": os.environ.get("LIZARD_PROJECT_ID", ""),
-    "api_url": os.environ.get("LIZARD_API_URL") or "https://lizard.build",
-}
-_ENABLED = os.environ.get("LIZARD_LIVE_TESTS") == "1" and all(_CLOUD.values())
-
-pytestmark = [
-    pytest.mark.live,
-    pytest.mark.enable_socket,
-    pytest.mark.skipif(
-        not _ENABLED, reason="set LIZARD_LIVE_TESTS=1, LIZARD_API_KEY and LIZARD_PROJECT_ID"
-    ),
-]
+pytestmark = [*LIVE, pytest.mark.enable_socket]
 
 # Short-lived on purpose: a lost connection cannot leave a sandbox billing for long.
 _LIFETIME_MS = 900_000
 
 
 @pytest.fixture(scope="module")
-def cloud_backends() -> Iterator[Callable[..., LizardSandboxBackend]]:
+def cloud_backends(lizard_cloud: Cloud) -> Iterator[Callable[..., LizardSandboxBackend]]:
     created: list[LizardSandboxBackend] = []
 
     def make(**kwargs: Any) -> LizardSandboxBackend:
         backend = LizardSandboxBackend(
             lifetime_ms=_LIFETIME_MS,
-            api_key=_CLOUD["api_key"],
-            project_id=_CLOUD["project_id"],
-            api_url=_CLOUD["api_url"],
+            api_key=lizard_cloud.api_key,
+            project_id=lizard_cloud.project_id,
+            api_url=lizard_cloud.api_url,
             **kwargs,
         )
         created.append(backend)

@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 from smolagents import CodeAgent
 from smolagents.monitoring import AgentLogger, LogLevel
-from smolagents_support import LIVE, LIVE_CREDENTIALS, ScriptedModel
+from smolagents_support import ScriptedModel
 
+from lizard_local.pytest_plugin import LIVE
 from smolagents_lizard import LizardExecutor
 
 
@@ -37,13 +38,8 @@ def backend(request: pytest.FixtureRequest) -> Backend:
         server = request.getfixturevalue("lizard_local")
         # LIZARD_* point at the emulator for the session.
         return Backend("local", server, {}, server.api_key)
-    connection: dict[str, Any] = {
-        "api_key": LIVE_CREDENTIALS["LIZARD_API_KEY"],
-        "project_id": LIVE_CREDENTIALS["LIZARD_PROJECT_ID"],
-    }
-    if LIVE_CREDENTIALS["LIZARD_API_URL"]:
-        connection["api_url"] = LIVE_CREDENTIALS["LIZARD_API_URL"]
-    return Backend("live", None, connection, connection["api_key"])
+    cloud = request.getfixturevalue("lizard_cloud")
+    return Backend("live", None, cloud.connection, cloud.api_key)
 
 
 @pytest.fixture

@@ -7,30 +7,12 @@ directories can be collected in one session.)
 from __future__ import annotations
 
 import io
-import os
 from collections.abc import Callable
 from typing import Any
 
-import pytest
 from rich.console import Console
 from smolagents import ChatMessage, Model
 from smolagents.monitoring import AgentLogger, LogLevel
-
-# Read at import, before the lizard-local plugin points LIZARD_* at the emulator for the session.
-LIVE_CREDENTIALS = {
-    name: os.environ.get(name, "")
-    for name in ("LIZARD_API_KEY", "LIZARD_PROJECT_ID", "LIZARD_API_URL")
-}
-LIVE_ENABLED = os.environ.get("LIZARD_LIVE_TESTS") == "1" and all(
-    LIVE_CREDENTIALS[name] for name in ("LIZARD_API_KEY", "LIZARD_PROJECT_ID")
-)
-LIVE = [
-    pytest.mark.live,
-    pytest.mark.skipif(
-        not LIVE_ENABLED, reason="set LIZARD_LIVE_TESTS=1, LIZARD_API_KEY and LIZARD_PROJECT_ID"
-    ),
-]
-"""Marks for a test (or parameter) that runs against the Lizard cloud."""
 
 
 class ScriptedModel(Model):  # type: ignore[misc]  # smolagents is untyped

@@ -16,11 +16,12 @@ from PIL import Image
 from smolagents import ActionStep, CodeAgent, ToolCallingAgent, tool
 from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentError
-from smolagents_support import LIVE, ScriptedModel, code, recording_logger
+from smolagents_support import ScriptedModel, code, recording_logger
 
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.session import Session
+from lizard_local.pytest_plugin import LIVE
 from smolagents_lizard import LizardExecutor, PackageInstallError, SandboxUnavailableError
 
 MakeExecutor = Callable[..., LizardExecutor]

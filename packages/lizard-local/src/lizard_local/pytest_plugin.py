@@ -9,6 +9,13 @@ Fixtures:
     started is still running after the server stopped: every test must clean up what it creates.
 ``lizard_counters`` (function)
     The same server with its request counters reset.
+``lizard_cloud`` (session)
+    The Lizard cloud account for tests marked ``live`` (a :class:`Cloud`), or the test is
+    skipped. Mark such tests (or parameters) with :data:`LIVE`.
+
+Live tests run only with ``LIZARD_LIVE_TESTS=1``, ``LIZARD_API_KEY`` and ``LIZARD_PROJECT_ID``
+(and optionally ``LIZARD_API_URL``). They are read when pytest loads this plugin, before the
+``lizard_local`` fixture points ``LIZARD_*`` at the emulator, so one session can run both.
 
 Options: ``--lizard-local-isolation=auto|namespace|host`` and ``--lizard-local-tls``.
 """
@@ -17,14 +24,56 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Final
 
 import pytest
 
 from lizard_local.local_server import LocalServer
 
-__all__ = ["lizard_counters", "lizard_local"]
+__all__ = ["CLOUD", "LIVE", "Cloud", "lizard_cloud", "lizard_counters", "lizard_local"]
 
 _LEAKS_KEY = pytest.StashKey[list[str]]()
+_CLOUD_URL = "https://lizard.build"  # lizard-sdk's default
+_LIVE_NEEDS = "set LIZARD_LIVE_TESTS=1, LIZARD_API_KEY and LIZARD_PROJECT_ID"
+
+
+@dataclass(frozen=True)
+class Cloud:
+    """The Lizard cloud account live tests run against."""
+
+    api_key: str = field(repr=False)
+    """The API key (never shown by ``repr``)."""
+    project_id: str
+    """The project the tests' sandboxes are billed to."""
+    api_url: str
+    """The API's base URL: ``LIZARD_API_URL``, or the SDK's default."""
+
+    @property
+    def connection(self) -> dict[str, str]:
+        """``api_key``, ``project_id`` and ``api_url`` as keyword arguments."""
+        return {"api_key": self.api_key, "project_id": self.project_id, "api_url": self.api_url}
+
+
+def _cloud_from_env() -> Cloud | None:
+    key = os.environ.get("LIZARD_API_KEY", "")
+    project = os.environ.get("LIZARD_PROJECT_ID", "")
+    if os.environ.get("LIZARD_LIVE_TESTS") != "1" or not key or not project:
+        return None
+    return Cloud(key, project, os.environ.get("LIZARD_API_URL") or _CLOUD_URL)
+
+
+CLOUD: Final = _cloud_from_env()
+"""The cloud account from the environment pytest started with, or None: live tests skip."""
+LIVE: Final = (pytest.mark.live, pytest.mark.skipif(CLOUD is None, reason=_LIVE_NEEDS))
+"""Marks for a test, module (``pytestmark``) or parameter that runs against the cloud."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the ``live`` marker."""
+    config.addinivalue_line(
+        "markers", "live: runs against the Lizard cloud; needs LIZARD_LIVE_TESTS=1 and credentials"
+    )
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,6 +131,14 @@ def lizard_counters(lizard_local: LocalServer) -> LocalServer:
     """The session's server with its request counters reset."""
     lizard_local.reset_counters()
     return lizard_local
+
+
+@pytest.fixture(scope="session")
+def lizard_cloud() -> Cloud:
+    """The cloud account for a live test; the test is skipped without one."""
+    if CLOUD is None:
+        pytest.skip(_LIVE_NEEDS)
+    return CLOUD
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
