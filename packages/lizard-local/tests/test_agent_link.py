@@ -96,7 +96,12 @@ async def test_stop_kills_detached_descendants(tmp_path: Path):
     assert await started.exit_code == 0
     os.close(started.stdout_fd)
     os.close(started.stderr_fd)
-    assert len(procscan.find_marked(b"LIZARD_EMU_SANDBOX=sbx_linkstop")) == 2  # agent + sleep
+    # The shell returns before setsid has exec'd sleep, and mid-exec /proc/<pid>/environ reads
+    # empty; wait until the detached sleep is visible.
+    deadline = time.monotonic() + 5
+    while len(procscan.find_marked(b"LIZARD_EMU_SANDBOX=sbx_linkstop")) < 2:  # agent + sleep
+        assert time.monotonic() < deadline, "the detached sleep never appeared"
+        await asyncio.sleep(0.02)
     await link.stop()
     assert procscan.find_marked(b"LIZARD_EMU_SANDBOX=sbx_linkstop") == []
     assert link.closed.done()

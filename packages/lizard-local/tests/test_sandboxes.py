@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
@@ -56,8 +57,11 @@ def test_kill_ends_detached_processes(lizard_local: LocalServer):
         "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)'"
     )
     sb.process.exec_("nohup sleep 91 >/dev/null 2>&1 &")
-    host_pids = marked(sb.sandbox_id)
-    assert len(host_pids) >= 3  # the agent (and unshare) plus both sleeps
+    # A process in the middle of exec shows an empty /proc/<pid>/environ for a moment.
+    deadline = time.monotonic() + 5
+    while len(marked(sb.sandbox_id)) < 3:  # the agent (and unshare) plus both sleeps
+        assert time.monotonic() < deadline, marked(sb.sandbox_id)
+        time.sleep(0.02)
     assert sb.kill() is True
     assert marked(sb.sandbox_id) == []
 
