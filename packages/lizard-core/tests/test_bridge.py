@@ -131,7 +131,7 @@ async def test_a_task_cancelled_before_it_runs_never_starts_the_call() -> None:
 async def test_many_concurrent_calls_run_in_parallel() -> None:
     started = time.monotonic()
     await asyncio.gather(*(run_blocking(time.sleep, 0.3) for _ in range(20)))
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 3.0  # one after another would take 6 s
 
 
 async def test_wait_done_returns_when_another_thread_completes_the_future() -> None:

@@ -364,7 +364,7 @@ def test_timeout_interrupts_and_keeps_the_namespace(timed_kernel: Kernel) -> Non
     _run(kernel, "x = 21\nimport time")
     started = time.monotonic()
     result = kernel.execute("time.sleep(10)", timeout=1)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 4  # interrupted at 1 s, not after the 10 s sleep
     assert result.timed_out
     assert result.error is not None
     assert result.error.name == "TimeoutError"

@@ -74,7 +74,7 @@ def test_command_timeout_gives_124_within_about_a_second(sandbox: Sandbox):
     elapsed = time.monotonic() - start
     assert result.exit_code == 124
     assert "timed out" in result.stderr
-    assert elapsed < 1.5
+    assert elapsed < 3  # killed at 1 s, not after the 5 s sleep
 
 
 def test_streaming_lines(sandbox: Sandbox):

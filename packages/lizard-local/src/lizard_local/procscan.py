@@ -57,10 +57,18 @@ def find_marked(marker: bytes) -> list[int]:
 def kill_marked(marker: bytes, rounds: int = 50) -> int:
     """SIGKILL every process carrying ``marker`` until none is left; return how many were hit."""
     hit = 0
+    empty_scans = 0
     for _ in range(rounds):
         pids = find_marked(marker)
         if not pids:
-            break
+            # A process in the middle of exec reads an empty environ for a moment: only two
+            # empty scans in a row mean none is left.
+            empty_scans += 1
+            if empty_scans == 2:
+                break
+            time.sleep(0.01)
+            continue
+        empty_scans = 0
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
