@@ -172,6 +172,10 @@ class SpeedTarget:
     what: str
     setting: Setting = Setting(20, 40)
 
+    def met(self, speedup: float) -> bool:
+        """Whether ``speedup`` (0.1.0's time over ours) reaches the target."""
+        return speedup >= self.factor
+
 
 SPEED_TARGETS: Final = (
     SpeedTarget("command_true", 5, "a workspace command"),

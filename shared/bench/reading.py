@@ -21,10 +21,10 @@ def _slowest(run: Run) -> Setting | None:
 def _requests_line(run: Run, setting: Setting) -> str | None:
     changed, same = [], []
     for op in OPERATIONS:
-        ref = run.get(setting, op.name, REF)
-        ours = run.get(setting, op.name, OURS)
-        if ref is None or ours is None:
+        both = run.compared(setting, op.name)
+        if both is None:
             continue
+        ref, ours = both
         if ref.requests[0] == ours.requests[0]:
             same.append(op.label)
         else:
@@ -40,9 +40,11 @@ def _requests_line(run: Run, setting: Setting) -> str | None:
 def _slower_line(run: Run, setting: Setting) -> str | None:
     slower = []
     for op in OPERATIONS:
-        ref = run.get(setting, op.name, REF)
-        ours = run.get(setting, op.name, OURS)
-        if ref is not None and ours is not None and ours.seconds > ref.seconds:
+        both = run.compared(setting, op.name)
+        if both is None:
+            continue
+        ref, ours = both
+        if ours.seconds > ref.seconds:
             slower.append(
                 f"{op.label} ({ours.seconds / ref.seconds:.1f}× the time, "
                 f"{ours.requests[0]:g} requests against {ref.requests[0]:g})"
@@ -56,12 +58,12 @@ def _target_lines(run: Run) -> list[str]:
     lines = []
     for target in SPEED_TARGETS:
         setting = target.setting
-        ref = run.get(setting, target.operation, REF)
-        ours = run.get(setting, target.operation, OURS)
-        if ref is None or ours is None:
+        both = run.compared(setting, target.operation)
+        if both is None:
             continue
+        ref, ours = both
         speedup = ref.seconds / ours.seconds
-        verdict = "meets" if speedup >= target.factor else "misses"
+        verdict = "meets" if target.met(speedup) else "misses"
         lines.append(
             f"- At {setting.description}, {target.what} takes {format_ms(ours.seconds)} ms with "
             f"{ours.requests[0]:g} request(s) against {format_ms(ref.seconds)} ms with "

@@ -130,6 +130,11 @@ class Run:
         cell = self.cells.get(setting.name, {}).get(op, {}).get(side)
         return cell if cell is not None and cell.ok else None
 
+    def compared(self, setting: Setting, op: str) -> tuple[Cell, Cell] | None:
+        """The (0.1.0, ours) cells when both sides measured ``op``, else None."""
+        ref, ours = self.get(setting, op, REF), self.get(setting, op, OURS)
+        return (ref, ours) if ref is not None and ours is not None else None
+
     def failures(self) -> list[str]:
         """One line per cell that failed."""
         lines = []
@@ -234,8 +239,7 @@ def setting_table(run: Run, setting: Setting) -> str:
         by_side = run.cells.get(setting.name, {}).get(op.name)
         if not by_side:
             continue
-        ref = run.get(setting, op.name, REF)
-        ours = run.get(setting, op.name, OURS)
+        both = run.compared(setting, op.name)
         rows.append(
             [
                 op.label,
@@ -245,7 +249,7 @@ def setting_table(run: Run, setting: Setting) -> str:
                 _dash(by_side.get(OURS), "connections"),
                 _dash(by_side.get(REF), "ms"),
                 _dash(by_side.get(OURS), "ms"),
-                format_ratio(ratio(ours.seconds, ref.seconds)) if ref and ours else "–",
+                format_ratio(ratio(both[1].seconds, both[0].seconds)) if both else "–",
             ]
         )
     return markdown_table(header, rows)
@@ -357,15 +361,15 @@ def acceptance_lines(run: Run) -> list[str]:
         mark = "✅" if worst <= 1 else "❌"
         lines.append(f"- {mark} {label}: at most 1 request — ours: at most {worst} in every run")
     for target in SPEED_TARGETS:
-        ref = run.get(target.setting, target.operation, REF)
-        ours = run.get(target.setting, target.operation, OURS)
+        both = run.compared(target.setting, target.operation)
         where = f"at {target.setting.description}"
         wanted = f"{target.what} at least {target.factor:g}× faster {where}"
-        if ref is None or ours is None:
+        if both is None:
             lines.append(f"- ⚪ {wanted} — not measured")
             continue
+        ref, ours = both
         speedup = ref.seconds / ours.seconds
-        mark = "✅" if speedup >= target.factor else "❌"
+        mark = "✅" if target.met(speedup) else "❌"
         lines.append(
             f"- {mark} {wanted} — {speedup:.1f}× ({format_ms(ours.seconds)} ms vs "
             f"{format_ms(ref.seconds)} ms)"
