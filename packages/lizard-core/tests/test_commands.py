@@ -56,6 +56,10 @@ MiB = 1024 * 1024
         (["true"], {"timeout": float("inf")}, ValueError),
         (["true"], {"timeout": True}, TypeError),
         (["true"], {"timeout": "1"}, TypeError),
+        (["cat"], {"input": "text"}, TypeError),  # encode text first
+        (["true"], {"user": 0}, TypeError),
+        (["true"], {"user": ""}, ValueError),
+        (["true"], {"user": "a:b"}, ValueError),
         (["true"], {"output_limit": 0}, ValueError),
         (["true"], {"output_limit": 1.5}, TypeError),
         (["true"], {"on_stdout": "print"}, TypeError),
@@ -285,6 +289,60 @@ def test_stdin_is_at_eof_and_cwd_is_used(module_session: Any, scratch: str) -> N
     assert (result.exit_code, result.stdout) == (0, b"eof")
     run_command(module_session, ["mkdir", "-p", scratch])
     assert run_command(module_session, ["pwd"], cwd=scratch).stdout == f"{scratch}\n".encode()
+
+
+# ── input and users ──────────────────────────────────────────────────────
+
+
+def test_input_reaches_stdin_exactly_in_one_request(module_session: Any, api_requests: Any) -> None:
+    payload = b"$HOME `whoami` 'q' \\ \x00\xff\xc3\x28\nend"
+    result = run_command(module_session, ["od", "-An", "-tx1", "-v"], input=payload)
+    assert bytes.fromhex(result.stdout.decode()) == payload
+    assert api_requests.counts() == {EXEC: 1}
+    assert run_command(module_session, ["cat"], input=b"").stdout == b""
+
+
+def test_large_input_is_uploaded_first_and_fed_whole(
+    module_session: Any, api_requests: Any
+) -> None:
+    from lizard_core.files import CHUNK_SIZE
+
+    size = 3 * CHUNK_SIZE + 5
+    result = run_command(module_session, ["wc", "-c"], input=b"a" * size)
+    assert result.stdout.split()[0] == str(size).encode()
+    assert api_requests.counts() == {EXEC: 1, "POST /api/sandboxes/{id}/files": 4}
+    # The guest emptied the upload as it fed it, and the next request removes its directory.
+    leftover = run_command(module_session, ["sh", "-c", "find /tmp/.lizard-core -type f | wc -l"])
+    assert leftover.stdout.strip() == b"0"
+
+
+def test_a_command_that_stops_reading_is_not_an_error(module_session: Any) -> None:
+    result = run_command(module_session, ["head", "-c", "3"], input=b"x" * (2 * 1024 * 1024))
+    assert (result.exit_code, result.stdout) == (0, b"xxx")
+
+
+def test_a_command_runs_as_another_user_with_its_home(module_session: Any) -> None:
+    result = run_command(module_session, ["sh", "-c", 'id -un; echo "$HOME $USER"'], user="user")
+    assert result.stdout == b"user\n/home/user user\n"
+    by_uid = run_command(module_session, ["id", "-u"], user="1000", env={"HOME": "/tmp"})
+    assert by_uid.stdout == b"1000\n"
+
+
+def test_an_unknown_user_starts_nothing(module_session: Any) -> None:
+    result = run_command(module_session, ["touch", "/tmp/never"], user="nonexistent")
+    assert (result.exit_code, result.start_errno) == (126, None)
+    assert b"nonexistent" in result.stderr
+    assert run_command(module_session, ["ls", "/tmp/never"]).exit_code != 0
+
+
+def test_a_program_that_cannot_start_reports_its_errno(module_session: Any) -> None:
+    import errno
+
+    denied = run_command(module_session, ["/etc/passwd"])
+    assert (denied.exit_code, denied.start_errno) == (126, errno.EACCES)
+    missing = run_command(module_session, ["no-such-program-here"])
+    assert (missing.exit_code, missing.start_errno) == (127, errno.ENOENT)
+    assert run_command(module_session, ["true"]).start_errno is None
 
 
 def test_a_missing_cwd_is_file_not_found(module_session: Any, scratch: str) -> None:

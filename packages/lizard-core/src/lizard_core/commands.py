@@ -13,10 +13,18 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
   resolved, so a caller learns its real working directory without a request of its own.
 - **Environment.** The command sees the sandbox's own environment plus exactly the ``env``
   passed here; nothing is copied from the host. ``env`` reaches only the command, never the
-  guest agent's Python. stdin is at EOF.
+  guest agent's Python.
+- **Input.** stdin is at EOF, or with ``input`` it reads exactly those bytes, then EOF (an
+  empty ``input`` is an empty stdin). A command that stops reading early is not an error.
+- **User.** ``user`` (a name or a numeric uid) runs the command as that account, with its
+  groups and its ``HOME``, ``USER`` and ``LOGNAME`` (``env`` still wins); that needs the
+  sandbox's default user to be root. An unknown name, or a switch the default user may not
+  make, starts nothing: the result has exit code 126 and the reason on stderr, and
+  :attr:`CommandResult.start_errno` is ``EPERM`` for the missing privilege.
 - **Result.** :class:`CommandResult` has the real exit code (a non-zero exit is a result, not an
   error), and stdout and stderr as exact bytes, binary-safe. A missing program exits 127, one
-  that cannot be executed 126, death by signal N gives 128 + N.
+  that cannot be executed 126, death by signal N gives 128 + N; when the program could not be
+  started, :attr:`CommandResult.start_errno` says why (``ENOENT``, ``EACCES``, ...).
 - **Completion.** The result is returned when the command's own process exits and its pipes
   are drained, after at most a short grace (0.1 s idle, 1 s in all) when a background child
   keeps them open; such a child is left running.
@@ -27,7 +35,10 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
 - **Output limit.** Each stream keeps at most ``output_limit`` bytes; passing it kills the
   command's process group and raises :class:`~lizard_core.errors.OutputLimitError` with the
   bytes kept. Output is never cut silently.
-- **Cost.** One request when the output fits :data:`STREAM_BUDGET`. Output travels deflated
+- **Cost.** One request when the output fits :data:`STREAM_BUDGET` and the input is at most
+  :data:`INPUT_INLINE` bytes (it travels in the exec's argv). Larger input is uploaded first
+  with one ``POST files`` per :data:`~lizard_core.files.CHUNK_SIZE` piece into a job directory
+  that the guest empties as it feeds the command. Output travels deflated
   (one zlib stream per output stream, flushed at every read so it stays live), so the budget
   holds about 330 KiB of incompressible output and more of text: about 1.2 MiB of source code,
   3 MiB or more of logs and listings (measured: ``ls -lR`` output 7.7x smaller on the wire,
@@ -51,19 +62,24 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
 from __future__ import annotations
 
 import base64
+import dataclasses
 import math
 import posixpath
+import uuid
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
+from lizard_core.files import CHUNK_SIZE
 from lizard_core.guest import (
+    JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
     check_outcome,
+    encode_args,
     fetch_file,
     loop_callback,
     run_guest,
@@ -74,6 +90,7 @@ from lizard_core.session import Session
 __all__ = [
     "DEADLINE_MARGIN_S",
     "DEFAULT_OUTPUT_LIMIT",
+    "INPUT_INLINE",
     "STREAM_BUDGET",
     "UNTIMED_EXEC_S",
     "CommandResult",
@@ -94,6 +111,9 @@ DEADLINE_MARGIN_S: Final = 15.0
 """How long after ``timeout`` the host waits for the guest's answer before giving up."""
 UNTIMED_EXEC_S: Final = 3600.0
 """The platform's limit for a command run without ``timeout`` (the exec must name one)."""
+INPUT_INLINE: Final = 512 * 1024
+"""Bytes of ``input`` (with the command line: together at most this) carried in the exec's argv;
+more is uploaded first. Half the files' inline budget, leaving room for a long command line."""
 _EXEC_MARGIN_S: Final = 30.0
 
 OutputCallback = Callable[[bytes], object]
@@ -112,6 +132,9 @@ class CommandResult:
     cwd: str | None = None
     """The directory the command started in: absolute, symlinks resolved (None only if the
     sandbox could not tell, e.g. its default directory was removed)."""
+    start_errno: int | None = None
+    """Why the program could not be started (``errno.ENOENT``, ``errno.EACCES``, ``errno.EPERM``
+    for a user switch the sandbox does not allow, ...); None when it started."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +145,20 @@ class _Spec:
     env: dict[str, str]
     timeout: float | None
     output_limit: int
+    input: bytes | None = None
+    user: str | None = None
+
+
+def _with_input_and_user(spec: _Spec, input: object, user: object) -> _Spec:
+    if input is not None and not isinstance(input, bytes | bytearray | memoryview):
+        raise TypeError("input must be bytes or None (encode text first)")
+    if user is not None:
+        if not isinstance(user, str):
+            raise TypeError("user must be a str or None")
+        if not user or len(user) > 256 or any(c in user for c in "\0\n:/"):
+            raise ValueError(f"user {user!r} is not a user name or uid")
+    data = None if input is None else bytes(input)
+    return dataclasses.replace(spec, input=data, user=user)
 
 
 def _validate(
@@ -224,7 +261,7 @@ def _execute(
         if callback is not None:
             callback(data)
 
-    request = {
+    request: dict[str, Any] = {
         "op": "run",
         "argv": spec.argv,
         "cwd": spec.cwd,
@@ -234,22 +271,39 @@ def _execute(
         "limit": spec.output_limit,
         "wire": STREAM_BUDGET,
     }
+    if spec.user is not None:
+        request["user"] = spec.user
+    data_args: list[str] = []
+    input_job: str | None = None
+    if spec.input is not None:
+        command_size = sum(len(arg) for arg in spec.argv)
+        if len(spec.input) + command_size <= INPUT_INLINE:
+            request["stdin"] = "inline"
+            data_args = encode_args(spec.input)
+        else:
+            input_job, request["stdin"] = _stage_input(session, sandbox, spec.input)
     if spec.timeout is None:
         exec_timeout, deadline = UNTIMED_EXEC_S, None
     else:
         exec_timeout = spec.timeout + _EXEC_MARGIN_S
         deadline = spec.timeout + DEADLINE_MARGIN_S
-    final = check_outcome(
-        run_guest(
-            sandbox,
-            request,
-            on_frame=on_frame,
-            exec_timeout_s=exec_timeout,
-            deadline_s=deadline,
-            cancel=cancel,
-            session=session,
+    try:
+        final = check_outcome(
+            run_guest(
+                sandbox,
+                request,
+                on_frame=on_frame,
+                data_args=data_args,
+                exec_timeout_s=exec_timeout,
+                deadline_s=deadline,
+                cancel=cancel,
+                session=session,
+            )
         )
-    )
+    finally:
+        if input_job is not None:
+            # Whatever the command did not read is removed by the next request.
+            schedule_cleanup(sandbox, input_job)
     spilled = [path for path in final.get("sp") or () if path]
     try:
         for index, path in zip((1, 2), final.get("sp") or (None, None), strict=True):
@@ -290,12 +344,35 @@ def _execute(
             limit=spec.output_limit,
         )
     cwd = final.get("cwd")
+    start_errno = final.get("se")
     return CommandResult(
         exit_code=int(final["rc"]),
         stdout=stdout,
         stderr=stderr,
         cwd=cwd if isinstance(cwd, str) else None,
+        start_errno=start_errno if type(start_errno) is int else None,
     )
+
+
+def _stage_input(session: Session, sandbox: Any, data: bytes) -> tuple[str, list[str]]:
+    """Upload ``data`` in chunks to a new job directory; return it and the chunk paths."""
+    job = f"{JOBS_ROOT}/{uuid.uuid4().hex[:16]}"
+    staged: list[str] = []
+    try:
+        for index, start in enumerate(range(0, len(data), CHUNK_SIZE)):
+            name = f"{job}/i{index:06d}"
+            session.call(
+                session.transport().write_bytes,
+                str(sandbox.sandbox_id),
+                name,
+                data[start : start + CHUNK_SIZE],
+                idempotent=True,
+            )
+            staged.append(name)
+    except BaseException:
+        schedule_cleanup(sandbox, job)
+        raise
+    return job, staged
 
 
 def run_command(
@@ -310,6 +387,8 @@ def run_command(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     on_stdout: OutputCallback | None = None,
     on_stderr: OutputCallback | None = None,
+    input: bytes | None = None,
+    user: str | None = None,
 ) -> CommandResult:
     """Run ``command`` in the session's sandbox and wait for it (blocking).
 
@@ -322,6 +401,7 @@ def run_command(
     spec = _validate(
         command, shell, cwd, create_cwd, env, timeout, output_limit, on_stdout, on_stderr
     )
+    spec = _with_input_and_user(spec, input, user)
     sandbox = session.sandbox()
     return _execute(session, sandbox, spec, on_stdout, on_stderr, None)
 
@@ -339,11 +419,14 @@ async def arun_command(
     output_limit: int = DEFAULT_OUTPUT_LIMIT,
     on_stdout: OutputCallback | None = None,
     on_stderr: OutputCallback | None = None,
+    input: bytes | None = None,
+    user: str | None = None,
 ) -> CommandResult:
     """Async :func:`run_command`; cancelling the task stops the command's process group."""
     spec = _validate(
         command, shell, cwd, create_cwd, env, timeout, output_limit, on_stdout, on_stderr
     )
+    spec = _with_input_and_user(spec, input, user)
     sandbox = await session.asandbox()
     out, err = loop_callback(on_stdout), loop_callback(on_stderr)
     return await arun_cancellable(lambda cancel: _execute(session, sandbox, spec, out, err, cancel))

@@ -135,11 +135,73 @@ def exit_code(rc: int) -> int:
     return 128 - rc if rc < 0 else rc
 
 
-def op_run(req: Frame) -> Frame:
-    """Run a command with stdin at EOF, streaming output and spilling past the budget.
+def feed_stdin(fd: int, pieces: List[str], staged: List[str]) -> None:
+    """Write the command's input to its stdin pipe, then close it (runs in a thread).
 
+    The input is the base64 argv pieces, then the staged upload files in order (each removed
+    once sent, which frees the disk as the copy proceeds). A command that stops reading ends
+    the feed with EPIPE, which is not an error: the command's exit code tells the rest.
+    """
+    try:
+        for piece in pieces:
+            block = binascii.a2b_base64(piece)
+            while block:
+                block = block[os.write(fd, block) :]
+        for path in staged:
+            with open(path, "rb") as source:
+                while True:
+                    block = source.read(COPY_BYTES)
+                    if not block:
+                        break
+                    while block:
+                        block = block[os.write(fd, block) :]
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+def switch_user(name: str, env: Dict[str, str]) -> Any:
+    """``[uid, gid, groups]`` to run as ``name`` (or a numeric uid), setting HOME/USER/LOGNAME.
+
+    Returns a str to report instead when the user does not exist or cannot be switched to.
+    """
+    import pwd
+
+    try:
+        pw = pwd.getpwuid(int(name)) if name.isdigit() else pwd.getpwnam(name)
+    except (KeyError, OverflowError):
+        if not name.isdigit():
+            return "unable to find user %s: no matching entries in passwd file" % name
+        uid, gid, groups, login, home = int(name), int(name), [], name, "/"
+    else:
+        uid, gid, login, home = pw.pw_uid, pw.pw_gid, pw.pw_name, pw.pw_dir
+        groups = os.getgrouplist(login, gid)
+    if os.geteuid() != 0 and uid != os.geteuid():
+        return "cannot run as user %s: the sandbox agent runs as uid %d, not root" % (
+            name,
+            os.geteuid(),
+        )
+    for key, value in (("HOME", home), ("USER", login), ("LOGNAME", login)):
+        env[key] = value
+    return [uid, gid, groups]
+
+
+def op_run(req: Frame) -> Frame:
+    """Run a command, streaming output and spilling past the budget.
+
+    stdin is at EOF unless ``stdin`` is given: ``"inline"`` (the base64 argv pieces) or a list
+    of staged upload files, fed through a pipe in that order. With ``user`` the command runs
+    as that account (name or uid; its groups, HOME, USER and LOGNAME), which needs a root
+    agent: otherwise, or for an unknown name, nothing starts and the end frame says why on
+    stderr, with exit code 126 (and ``se`` EPERM when the agent lacks the privilege).
     With ``mkcwd`` a missing ``cwd`` is created first (``mkdir -p``). The end frame reports
-    ``cwd``: where the command started, symlinks resolved.
+    ``cwd``: where the command started, symlinks resolved, and ``se``: the errno of a program
+    that could not be started (None when it started).
     """
     import selectors
     import signal
@@ -161,7 +223,16 @@ def op_run(req: Frame) -> Frame:
         except OSError:
             cwd = None  # removed under us: the command still starts there, as before
     env = dict(os.environ)
+    identity: Any = None
+    if req.get("user") is not None:
+        identity = switch_user(req["user"], env)
+        if isinstance(identity, str):
+            message = ("%s\n" % identity).encode("utf-8", "surrogateescape")
+            emit_data("o", message, {"s": 2})
+            denied = errno.EPERM if "not root" in identity else None
+            return {"rc": 126, "n": [0, len(message)], "sp": [None, None], "cwd": cwd, "se": denied}
     env.update(req.get("env") or {})
+    stdin = req.get("stdin")
     stop: List[int] = []
     wake_r, wake_w = os.pipe()
     os.set_blocking(wake_r, False)
@@ -176,24 +247,44 @@ def op_run(req: Frame) -> Frame:
     signal.signal(signal.SIGCHLD, lambda *_: None)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(signum, on_stop)
+    options: Dict[str, Any] = {}
+    if identity is not None:
+        uid, gid, groups = identity
+        if sys.version_info >= (3, 9):
+            options = {"user": uid, "group": gid, "extra_groups": groups}
+        else:  # pragma: no cover - Python 3.8 guests only
+
+            def demote() -> None:
+                os.setgroups(groups)
+                os.setgid(gid)
+                os.setuid(uid)
+
+            options = {"preexec_fn": demote}
     try:
         proc = subprocess.Popen(
             argv,
             cwd=cwd,
             env=env,
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             # Its own session and process group: timeout and cancellation kill exactly this
             # group, never what the command detached into a session of its own.
             start_new_session=True,
+            **options,
         )
     except OSError as exc:
         code = 127 if exc.errno == errno.ENOENT else 126
         why = "command not found" if code == 127 else exc.strerror
         message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
         emit_data("o", message, {"s": 2})
-        return {"rc": code, "n": [0, len(message)], "sp": [None, None], "cwd": cwd}
+        return {"rc": code, "n": [0, len(message)], "sp": [None, None], "cwd": cwd, "se": exc.errno}
+    if proc.stdin is not None:
+        # The thread owns the pipe's write end from here on.
+        pieces = req["pieces"] if stdin == "inline" else []
+        staged = [] if stdin == "inline" else stdin
+        _thread.start_new_thread(feed_stdin, (os.dup(proc.stdin.fileno()), pieces, staged))
+        proc.stdin.close()
 
     pgid = proc.pid
     emit({"t": "start", "pg": pgid})
