@@ -281,8 +281,8 @@ def op_run(req: Frame) -> Frame:
         return {"rc": code, "n": [0, len(message)], "sp": [None, None], "cwd": cwd, "se": exc.errno}
     if proc.stdin is not None:
         # The thread owns the pipe's write end from here on.
-        pieces = req["pieces"] if stdin == "inline" else []
-        staged = [] if stdin == "inline" else stdin
+        pieces: List[str] = req["pieces"] if stdin == "inline" else []
+        staged: List[str] = [] if stdin == "inline" else list(stdin or [])
         _thread.start_new_thread(feed_stdin, (os.dup(proc.stdin.fileno()), pieces, staged))
         proc.stdin.close()
 
