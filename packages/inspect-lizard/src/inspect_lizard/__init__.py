@@ -1,11 +1,17 @@
-"""Inspect AI agents' shell commands in Lizard Sandboxes.
+"""Lizard Sandboxes for Inspect AI: ``sandbox="lizard"``.
 
-``LizardTool`` runs a command in a sandbox and returns its output; wrap it
-in Inspect AI's tool type (see ``_tool.py``). Built on ``lizard_core``: this
-package never talks to the Lizard API itself.
+Installing the package registers the sandbox type ``lizard`` through Inspect's ``inspect_ai``
+entry point, so ``Task(sandbox="lizard")``, ``sandbox=("lizard", LizardSandboxConfig(...))`` and
+``inspect eval --sandbox lizard`` work with no import. Built on ``lizard_core``: this package
+never talks to the Lizard API itself.
 """
 
-from ._errors import LizardToolError, SandboxUnavailableError
-from ._tool import CommandOutput, LizardTool
+from inspect_ai.util import sandboxenv
 
-__all__ = ["CommandOutput", "LizardTool", "LizardToolError", "SandboxUnavailableError"]
+from ._config import LizardSandboxConfig
+from ._environment import LizardSandboxEnvironment
+from ._errors import LizardSandboxError
+
+sandboxenv("lizard")(LizardSandboxEnvironment)
+
+__all__ = ["LizardSandboxConfig", "LizardSandboxEnvironment", "LizardSandboxError"]

@@ -1,0 +1,97 @@
+"""``LizardSandboxConfig``: what ``sandbox=("lizard", config)`` accepts.
+
+Inspect writes the configuration into every eval log, so it holds no credential: the API key
+comes from ``LIZARD_API_KEY`` (and the URL from ``LIZARD_API_URL``) on the host that runs the
+eval. Every field of 0.1.0's ``LizardSandboxConfig`` (``project_id``, ``template``, ``size``,
+``lifetime_ms``) is still accepted, with the same defaults; the others are new.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from importlib import metadata
+from typing import Final
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from lizard_core.config import MAX_LIFETIME_MS, MIN_LIFETIME_MS, SandboxConfig, Size
+
+__all__ = ["INTEGRATION", "TASK_METADATA_KEY", "LizardSandboxConfig"]
+
+INTEGRATION: Final = "inspect"
+"""The ``integration`` tag of every sandbox this package creates (0.1.0 used the same)."""
+TASK_METADATA_KEY: Final = "task"
+"""Metadata key naming the Inspect task a sandbox was created for (as in 0.1.0)."""
+_TASK_TAG_MAX: Final = 200
+
+
+def _version() -> str:
+    try:
+        return metadata.version("inspect-lizard")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+class LizardSandboxConfig(BaseModel):
+    """One Lizard sandbox per sample: where, from what, how big, for how long.
+
+    Values are checked when the model is built (pydantic's ``ValidationError`` is a
+    ``ValueError``); the template name, region and hosts are checked again, with the
+    credentials, before any sandbox is created.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    project_id: str | None = None
+    """Lizard project (id, slug or name); ``LIZARD_PROJECT_ID`` when None."""
+    template: str = "interpreter"
+    """Template of each sample's sandbox (0.1.0 allowed only ``interpreter``, the default)."""
+    size: Size | None = "small"
+    """Machine size, or None for the platform's default."""
+    lifetime_ms: int = Field(default=1_800_000, ge=MIN_LIFETIME_MS, le=MAX_LIFETIME_MS)
+    """Lifetime of each sandbox: it is destroyed at sample cleanup, or when this runs out."""
+    region: str | None = None
+    """Region to run in, or None for the platform's default."""
+    internet_access: bool = True
+    """False: the sandbox has no internet access."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """With no internet, the hosts that stay reachable."""
+    envs: dict[str, str] = Field(default_factory=dict)
+    """Environment variables for every command; nothing else is copied from the host."""
+    working_dir: str = "/workspace"
+    """The sample's working directory: relative paths and ``cwd`` resolve against it."""
+
+    @field_validator("working_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not posixpath.isabs(value) or "\0" in value:
+            raise ValueError("working_dir must be an absolute path without NUL")
+        return posixpath.normpath(value)
+
+    def sandbox_config(
+        self,
+        *,
+        api_key: str | None = None,
+        api_url: str | None = None,
+        task_name: str | None = None,
+    ) -> SandboxConfig:
+        """The ``lizard_core`` configuration (credentials from the arguments or ``LIZARD_*``).
+
+        No I/O; raises ``TypeError`` / ``ValueError`` for anything invalid.
+        """
+        labels = {} if task_name is None else {TASK_METADATA_KEY: task_name[:_TASK_TAG_MAX]}
+        return SandboxConfig.from_env(
+            api_key=api_key,
+            api_url=api_url,
+            project_id=self.project_id,
+            template=self.template,
+            size=self.size,
+            lifetime_ms=self.lifetime_ms,
+            region=self.region,
+            metadata=labels,
+            envs=self.envs,
+            internet_access=self.internet_access,
+            allowed_hosts=self.allowed_hosts,
+            integration=INTEGRATION,
+            integration_version=_version(),
+        )

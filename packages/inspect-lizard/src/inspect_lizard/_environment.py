@@ -1,0 +1,298 @@
+"""``LizardSandboxEnvironment``: Inspect's ``SandboxEnvironment`` on ``lizard_core``.
+
+Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against lizard-local):
+
+- **One sandbox per sample.** ``sample_init`` creates it (samples run concurrently, so their
+  sandboxes are created concurrently; a 429 that says when to retry is waited out, up to
+  :data:`CREATE_WAIT_S`); ``sample_cleanup`` destroys it, also when the sample was interrupted
+  or the cleanup itself is cancelled. ``task_cleanup`` destroys what a failed cleanup left;
+  ``inspect sandbox cleanup lizard [ID]`` destroys what a crashed run left, found by the
+  ``integration=inspect`` tag every such sandbox carries.
+- **No I/O when built.** The constructor checks the configuration and the credentials
+  (``TypeError`` / ``ValueError``) and makes no request; outside an eval the first operation
+  creates the sandbox.
+- **exec** runs the argv with no shell, in the sample's working directory
+  (:attr:`LizardSandboxConfig.working_dir`, created on demand; a relative ``cwd`` resolves
+  against it), with ``input`` on stdin (text as UTF-8), ``env`` added to the sandbox's
+  environment and ``user`` as the account (exit 126 for an unknown one;
+  ``SandboxUserUnsupportedError`` when the sandbox cannot switch users). A ``timeout`` kills
+  the command's process group and raises ``TimeoutError`` with the partial output; passing
+  Inspect's output limit kills it and raises ``OutputLimitExceededError``. A program that
+  cannot be executed raises ``PermissionError``; a missing one is exit code 127. Output is
+  decoded as UTF-8 with replacement characters. A command is never retried.
+- **Files.** ``write_file`` creates parent directories; ``read_file`` returns exact bytes (or
+  strict UTF-8 text, newlines untouched) and raises ``OutputLimitExceededError`` past Inspect's
+  read limit without holding more than that limit plus one chunk. Both raise the builtin
+  ``OSError``s Inspect names.
+- **Cost.** Each exec and each small file operation is one request (``lizard_core``'s guest
+  protocol); large input and files move in 4 MiB pieces.
+- **Errors** are mapped in one place, ``_errors.inspect_errors``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import posixpath
+from collections.abc import AsyncGenerator, Iterable
+from typing import Any, ClassVar, Final, Literal, cast, overload
+
+import anyio
+from inspect_ai.util import (
+    ExecResult,
+    OutputLimitExceededError,
+    SandboxConnection,
+    SandboxEnvironment,
+    SandboxEnvironmentConfigType,
+    SandboxEnvironmentLimits,
+    SandboxUserUnsupportedError,
+)
+from pydantic import BaseModel
+
+from lizard_core import errors as core
+from lizard_core.commands import arun_command
+from lizard_core.config import METADATA_INTEGRATION_KEY, SandboxConfig
+from lizard_core.files import SandboxFiles
+from lizard_core.inventory import adestroy_sandboxes, afind_sandboxes
+from lizard_core.session import Session
+
+from ._config import INTEGRATION, LizardSandboxConfig
+from ._errors import decode_output, inspect_errors
+
+__all__ = ["CREATE_WAIT_S", "DEFAULT_CONCURRENCY", "LizardSandboxEnvironment"]
+
+DEFAULT_CONCURRENCY: Final = 10
+"""Sandboxes at once unless ``--max-sandboxes`` says otherwise: within a new account's limit."""
+CREATE_WAIT_S: Final = 600.0
+"""How long ``sample_init`` waits out rate limits (429 with a retry time) before failing."""
+
+_log = logging.getLogger(__name__)
+
+
+def _lizard_config(config: SandboxEnvironmentConfigType | None) -> LizardSandboxConfig:
+    if config is None:
+        return LizardSandboxConfig()
+    if isinstance(config, LizardSandboxConfig):
+        return config
+    if isinstance(config, BaseModel):
+        return LizardSandboxConfig.model_validate(config.model_dump())
+    raise ValueError(
+        f"The lizard sandbox takes a LizardSandboxConfig, not {config!r}: Dockerfiles and "
+        "compose files are not supported."
+    )
+
+
+class LizardSandboxEnvironment(SandboxEnvironment):
+    """A Lizard sandbox (a Firecracker microVM) as an Inspect sandbox environment.
+
+    Inspect builds it through ``sample_init``; build it yourself to use a sandbox outside an
+    eval (``api_key`` / ``api_url`` default to ``LIZARD_API_KEY`` / ``LIZARD_API_URL``) and
+    :meth:`close` it when done. See the module docstring for the contract.
+    """
+
+    _by_task: ClassVar[dict[str, set[LizardSandboxEnvironment]]] = {}
+
+    def __init__(
+        self,
+        config: LizardSandboxConfig | None = None,
+        *,
+        api_key: str | None = None,
+        api_url: str | None = None,
+        task_name: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.config = _lizard_config(config)
+        settings = self.config.sandbox_config(api_key=api_key, api_url=api_url, task_name=task_name)
+        self._session = Session(settings)
+        self._files = SandboxFiles(self._session)
+        self._task = task_name
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox's id once created, else None."""
+        return self._session.sandbox_id
+
+    def __repr__(self) -> str:
+        return f"LizardSandboxEnvironment(sandbox_id={self.sandbox_id!r})"
+
+    def _path(self, path: str) -> str:
+        if not isinstance(path, str):
+            raise TypeError(f"path must be a str, not {type(path).__name__}")
+        return posixpath.normpath(posixpath.join(self.config.working_dir, path))
+
+    # ── commands and files ──────────────────────────────────────────────
+
+    async def exec(
+        self,
+        cmd: list[str],
+        input: str | bytes | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        timeout: int | None = None,  # noqa: ASYNC109  (the command's own limit, in the guest)
+        timeout_retry: bool = True,
+        concurrency: bool = True,
+    ) -> ExecResult[str]:
+        """Run ``cmd`` in the sandbox; see the module docstring."""
+        data = input.encode("utf-8") if isinstance(input, str) else input
+        with inspect_errors():
+            result = await arun_command(
+                self._session,
+                cmd,
+                cwd=self.config.working_dir if cwd is None else self._path(cwd),
+                create_cwd=cwd is None,
+                env=env,
+                timeout=timeout,
+                output_limit=SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE,
+                input=data,
+                user=user,
+            )
+        if result.start_errno == errno.EPERM and user is not None:
+            raise SandboxUserUnsupportedError(decode_output(result.stderr).strip())
+        if result.start_errno in (errno.EACCES, errno.EPERM):
+            raise PermissionError(result.start_errno, os.strerror(result.start_errno), cmd[0])
+        return ExecResult(
+            success=result.exit_code == 0,
+            returncode=result.exit_code,
+            stdout=decode_output(result.stdout),
+            stderr=decode_output(result.stderr),
+        )
+
+    async def write_file(self, file: str, contents: str | bytes) -> None:
+        """Write text (as UTF-8) or bytes, creating missing parent directories."""
+        data = contents.encode("utf-8") if isinstance(contents, str) else contents
+        with inspect_errors():
+            await self._files.awrite_bytes(self._path(file), data)
+
+    @overload
+    async def read_file(self, file: str, text: Literal[True] = True) -> str: ...
+
+    @overload
+    async def read_file(self, file: str, text: Literal[False]) -> bytes: ...
+
+    async def read_file(self, file: str, text: bool = True) -> str | bytes:
+        """Read a file's exact bytes, or its strict UTF-8 text; refuse one past the limit."""
+        limit = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE
+        pieces: list[bytes] = []
+        size = 0
+        with inspect_errors():
+            # An async generator: closing it early schedules its job directory's removal.
+            reader = cast(AsyncGenerator[bytes, None], self._files.aiter_bytes(self._path(file)))
+            async with contextlib.aclosing(reader) as chunks:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > limit:
+                        limit_str = SandboxEnvironmentLimits.MAX_READ_FILE_SIZE_STR
+                        raise OutputLimitExceededError(limit_str, None)
+                    pieces.append(chunk)
+        data = b"".join(pieces)
+        return data.decode("utf-8") if text else data
+
+    async def connection(self, *, user: str | None = None) -> SandboxConnection:
+        """Not available: Lizard sandboxes take commands through the API, not a terminal."""
+        raise NotImplementedError(
+            "Lizard sandboxes have no interactive connection; run commands with exec()."
+        )
+
+    # ── lifecycle ───────────────────────────────────────────────────────
+
+    async def _create(self) -> None:
+        waited = 0.0
+        while True:
+            with inspect_errors():
+                try:
+                    await self._session.asandbox()
+                    return
+                except core.QuotaError as error:
+                    retry = error.retry_after
+                    if retry is None or waited + retry > CREATE_WAIT_S:
+                        raise
+            _log.info("Lizard is rate limiting sandbox creation; retrying in %g s", retry)
+            await anyio.sleep(retry)
+            waited += retry
+
+    async def close(self) -> None:
+        """Destroy the sandbox (idempotent), even when the calling task is being cancelled."""
+        with anyio.CancelScope(shield=True), inspect_errors():
+            await self._session.adestroy()
+        self._by_task.get(self._task or "", set()).discard(self)
+
+    @classmethod
+    def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
+        """A :class:`LizardSandboxConfig` from its serialized form (0.1.0's fields included)."""
+        return LizardSandboxConfig(**config)
+
+    @classmethod
+    def default_concurrency(cls) -> int | None:
+        """Samples with a sandbox at once by default: :data:`DEFAULT_CONCURRENCY`."""
+        return DEFAULT_CONCURRENCY
+
+    @classmethod
+    async def sample_init(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        metadata: dict[str, str],
+    ) -> dict[str, SandboxEnvironment]:
+        """Create the sample's sandbox; a cancelled or failed create leaves none behind."""
+        environment = cls(_lizard_config(config), task_name=task_name)
+        cls._by_task.setdefault(task_name, set()).add(environment)
+        try:
+            await environment._create()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await environment.close()
+            raise
+        return {"default": environment}
+
+    @classmethod
+    async def sample_cleanup(
+        cls,
+        task_name: str,
+        config: SandboxEnvironmentConfigType | None,
+        environments: dict[str, SandboxEnvironment],
+        interrupted: bool,
+    ) -> None:
+        """Destroy the sample's sandbox, interrupted or not."""
+        await _close_all(e for e in environments.values() if isinstance(e, cls))
+
+    @classmethod
+    async def task_cleanup(
+        cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool
+    ) -> None:
+        """Destroy what sample cleanup left of this task's sandboxes (unless told to keep)."""
+        left = cls._by_task.pop(task_name, set())
+        if not cleanup:
+            for environment in left:
+                _log.warning("Kept Lizard sandbox %s running", environment.sandbox_id)
+            return
+        with contextlib.suppress(ExceptionGroup):
+            await _close_all(left)
+
+    @classmethod
+    async def cli_cleanup(cls, id: str | None) -> None:
+        """Destroy the running sandboxes tagged ``integration=inspect`` (or only ``id``)."""
+        settings = SandboxConfig.from_env(integration=INTEGRATION)
+        with inspect_errors():
+            found = await afind_sandboxes(settings, {METADATA_INTEGRATION_KEY: INTEGRATION})
+            ids = [record.sandbox_id for record in found]
+            if id is not None:
+                if id not in ids:
+                    raise ValueError(f"No running Lizard sandbox {id!r} was created by Inspect.")
+                ids = [id]
+            destroyed = await adestroy_sandboxes(settings, ids)
+        print(f"Destroyed {len(destroyed)} Lizard sandbox(es): {' '.join(destroyed) or '-'}")
+
+
+async def _close_all(environments: Iterable[LizardSandboxEnvironment]) -> None:
+    errors: list[Exception] = []
+    for environment in list(environments):
+        try:
+            await environment.close()
+        except Exception as error:
+            _log.warning("Could not destroy Lizard sandbox %s: %s", environment.sandbox_id, error)
+            errors.append(error)
+    if errors:
+        raise ExceptionGroup("Destroying Lizard sandboxes failed", errors)
