@@ -7,8 +7,6 @@ only where the platform itself cannot do what it asks; each reason is below.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import anyio
 import pytest
 from inspect_ai.util._sandbox import self_check
@@ -51,11 +49,11 @@ def etc_is_writable(module_env: LizardSandboxEnvironment) -> bool:
 @pytest.fixture
 def sandbox_env(
     request: pytest.FixtureRequest, module_env: LizardSandboxEnvironment, etc_is_writable: bool
-) -> Iterator[LizardSandboxEnvironment]:
+) -> LizardSandboxEnvironment:
     name = request.node.originalname
     reason = EXPECTED_FAILURES.get(name)
     if name == "test_exec_as_user" and not etc_is_writable:
         reason = READ_ONLY_ETC
     if reason is not None:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
-    yield module_env
+    return module_env

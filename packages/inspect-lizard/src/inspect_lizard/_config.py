@@ -61,6 +61,11 @@ class LizardSandboxConfig(BaseModel):
     working_dir: str = "/workspace"
     """The sample's working directory: relative paths and ``cwd`` resolve against it."""
 
+    def __hash__(self) -> int:
+        # Inspect keys its sandbox caches by the configuration; dicts are not hashable.
+        fields = {**self.__dict__, "envs": tuple(sorted(self.envs.items()))}
+        return hash(tuple(fields.items()))
+
     @field_validator("working_dir")
     @classmethod
     def _absolute(cls, value: str) -> str:

@@ -1,0 +1,84 @@
+"""An Inspect eval end to end: a scripted model's bash() and python() calls run in Lizard.
+
+Inspect's ``mockllm`` model plays the agent: it calls ``bash``, then ``python``, then answers
+with what the tools returned, so the score proves the tools ran in the sandbox. Three samples
+run concurrently, each in a sandbox of its own that sample cleanup destroys.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from inspect_ai import Task
+from inspect_ai import eval as inspect_eval
+from inspect_ai.dataset import Sample
+from inspect_ai.model import (
+    ChatMessage,
+    ChatMessageTool,
+    GenerateConfig,
+    ModelOutput,
+    ModelUsage,
+    get_model,
+)
+from inspect_ai.scorer import includes
+from inspect_ai.solver import generate, use_tools
+from inspect_ai.tool import ToolChoice, ToolInfo, bash, python
+
+from inspect_lizard import LizardSandboxConfig
+from lizard_local import LocalServer
+
+MODEL = "mockllm/model"
+
+
+def scripted_agent(
+    messages: list[ChatMessage], tools: list[ToolInfo], choice: ToolChoice, config: GenerateConfig
+) -> ModelOutput:
+    """bash first, python second, then answer with the python tool's output."""
+    output = _next_step(messages)
+    # Usage given, so that mockllm does not count tokens (tiktoken would fetch its tables).
+    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    return output
+
+
+def _next_step(messages: list[ChatMessage]) -> ModelOutput:
+    results = [m.text.strip() for m in messages if isinstance(m, ChatMessageTool)]
+    factors = messages[-1].text.split() if not results else []
+    if not results:
+        command = f"echo $(({factors[0]} * {factors[1]})) > product.txt; ls *.txt | wc -l"
+        return ModelOutput.for_tool_call(MODEL, "bash", {"command": command})
+    if len(results) == 1:
+        code = "print(open('product.txt').read().strip(), end='')"
+        return ModelOutput.for_tool_call(MODEL, "python", {"code": code})
+    return ModelOutput.from_content(MODEL, f"files seen: {results[0]}; product: {results[1]}")
+
+
+def test_a_scripted_agent_uses_bash_and_python_in_one_sandbox_per_sample(
+    lizard_counters: LocalServer, tmp_path: Path
+) -> None:
+    before = set(lizard_counters.sandboxes())
+    task = Task(
+        dataset=[Sample(input=f"{a} {b}", target=str(a * b)) for a, b in [(6, 7), (3, 5), (9, 9)]],
+        solver=[use_tools(bash(timeout=60), python(timeout=60)), generate()],
+        scorer=includes(),
+        sandbox=("lizard", LizardSandboxConfig(template="base", lifetime_ms=300_000)),
+    )
+    [log] = inspect_eval(
+        task,
+        model=get_model(MODEL, custom_outputs=scripted_agent),
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    assert log.status == "success", log.error
+    assert log.samples is not None
+    for sample in log.samples:
+        assert sample.scores is not None
+        assert sample.scores["includes"].value == "C", sample.output.completion
+        # Each sample saw only its own file: its sandbox was its own.
+        assert "files seen: 1;" in sample.output.completion
+    routes = lizard_counters.counters()["routes"]
+    assert routes["POST /api/sandboxes"] == 3
+    assert routes["DELETE /api/sandboxes/{id}"] == 3
+    # One exec per tool call (two per sample), and one for the root-access probe Inspect itself
+    # runs at sample init.
+    assert routes["POST /api/sandboxes/{id}/exec"] == 3 * (2 + 1)
+    assert set(lizard_counters.sandboxes()) == before
