@@ -1,0 +1,238 @@
+"""``LizardSandboxEnvironment`` against lizard-local: what Inspect's self-check does not cover.
+
+Request costs, the working directory, errors with partial output, the lifecycle hooks
+(creation under rate limits and cancellation, sample and task cleanup, the CLI cleanup) and
+the registration Inspect finds the provider by.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import entry_points
+from typing import Any
+
+import anyio
+import pytest
+from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment
+from inspect_ai.util._sandbox.limits import override_max_exec_output_size
+from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
+from pydantic import ValidationError
+
+from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
+from lizard_core.config import SandboxConfig
+from lizard_core.inventory import find_sandboxes
+from lizard_core.session import Session
+from lizard_local import LocalServer
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+CREATE = "POST /api/sandboxes"
+CONFIG = LizardSandboxConfig(template="base", lifetime_ms=600_000)
+
+
+def routes(server: LocalServer) -> dict[str, int]:
+    return {k: v for k, v in server.counters()["routes"].items() if v}
+
+
+async def init(task: str = "tests", config: Any = CONFIG) -> LizardSandboxEnvironment:
+    environments = await LizardSandboxEnvironment.sample_init(task, config, {})
+    environment = environments["default"]
+    assert isinstance(environment, LizardSandboxEnvironment)
+    return environment
+
+
+# ── registration and configuration ─────────────────────────────────────
+
+
+def test_inspect_finds_the_provider_as_lizard_through_its_entry_point() -> None:
+    [point] = [p for p in entry_points(group="inspect_ai") if p.name == "lizard"]
+    assert point.value == "inspect_lizard"
+    assert registry_find_sandboxenv("lizard") is LizardSandboxEnvironment
+
+
+def test_the_0_1_0_configuration_fields_are_still_accepted() -> None:
+    old = {"project_id": "proj", "template": "interpreter", "size": "small", "lifetime_ms": 60_000}
+    config = LizardSandboxEnvironment.config_deserialize(old)
+    assert config == LizardSandboxConfig(**old)
+    assert LizardSandboxEnvironment.config_deserialize(config.model_dump()) == config
+    assert hash(config) == hash(LizardSandboxConfig(**old))
+    with pytest.raises(ValidationError):
+        LizardSandboxEnvironment.config_deserialize({"compose": "compose.yaml"})
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"working_dir": "relative"},
+        {"lifetime_ms": 10},
+        {"size": "huge"},
+        {"envs": {"A": 1}},
+    ],
+)
+def test_a_bad_configuration_is_refused_when_built(fields: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        LizardSandboxConfig(**fields)
+
+
+async def test_bad_settings_fail_before_any_request(lizard_counters: LocalServer) -> None:
+    with pytest.raises(ValueError, match="template"):
+        LizardSandboxEnvironment(LizardSandboxConfig(template="no spaces"))
+    with pytest.raises(ValueError, match="compose"):
+        await init(config="compose.yaml")
+    with pytest.raises(ValueError, match="https"):
+        LizardSandboxEnvironment(api_url="http://lizard.invalid")
+    environment = LizardSandboxEnvironment(CONFIG)
+    assert environment.sandbox_id is None
+    assert routes(lizard_counters) == {}
+
+
+def test_the_defaults_suit_an_eval() -> None:
+    assert LizardSandboxEnvironment.default_concurrency() == 10
+    assert LizardSandboxConfig().template == "interpreter"  # as in 0.1.0
+    assert LizardSandboxEnvironment.is_docker_compatible() is False
+
+
+# ── operations ─────────────────────────────────────────────────────────
+
+
+async def test_each_exec_and_small_file_operation_is_one_request(
+    module_env: LizardSandboxEnvironment, lizard_counters: LocalServer
+) -> None:
+    await module_env.write_file("cost/one.txt", "one")
+    assert routes(lizard_counters) == {EXEC: 1}
+    lizard_counters.reset_counters()
+    assert await module_env.read_file("cost/one.txt") == "one"
+    assert routes(lizard_counters) == {EXEC: 1}
+    lizard_counters.reset_counters()
+    result = await module_env.exec(["cat", "cost/one.txt", "-"], input="two", cwd=".")
+    assert result.stdout == "onetwo"
+    assert routes(lizard_counters) == {EXEC: 1}
+
+
+async def test_relative_paths_and_cwd_resolve_against_the_working_directory(
+    module_env: LizardSandboxEnvironment,
+) -> None:
+    await module_env.write_file("nested/dir/file.txt", "x")
+    assert (await module_env.exec(["pwd"])).stdout == "/workspace\n"
+    assert (await module_env.exec(["ls"], cwd="nested/dir")).stdout == "file.txt\n"
+    assert await module_env.read_file("/workspace/nested/dir/file.txt") == "x"
+
+
+async def test_a_timeout_raises_with_the_partial_output(
+    module_env: LizardSandboxEnvironment,
+) -> None:
+    with pytest.raises(TimeoutError) as caught:
+        await module_env.exec(["sh", "-c", "printf partial; sleep 30"], timeout=1)
+    assert getattr(caught.value, "truncated_output", None) == "partial"
+
+
+async def test_output_past_inspects_limit_raises_with_the_partial_output(
+    module_env: LizardSandboxEnvironment,
+) -> None:
+    with override_max_exec_output_size(1024), pytest.raises(OutputLimitExceededError) as caught:
+        await module_env.exec(["sh", "-c", "yes | head -c 100000"])
+    assert caught.value.limit_str == "1 KiB"
+    assert caught.value.truncated_output == "y\n" * 512
+
+
+async def test_output_is_decoded_with_replacement_characters(
+    module_env: LizardSandboxEnvironment,
+) -> None:
+    result = await module_env.exec(["printf", "ok \\377"])
+    assert result.stdout == "ok \ufffd"
+
+
+async def test_connection_is_not_available(module_env: LizardSandboxEnvironment) -> None:
+    with pytest.raises(NotImplementedError, match="exec"):
+        await module_env.connection()
+
+
+# ── lifecycle ──────────────────────────────────────────────────────────
+
+
+async def test_sample_init_creates_a_tagged_sandbox_and_cleanup_destroys_it(
+    lizard_counters: LocalServer,
+) -> None:
+    environment = await init("tagging-task")
+    assert routes(lizard_counters) == {CREATE: 1}
+    tags = {"integration": "inspect", "task": "tagging-task"}
+    [record] = find_sandboxes(SandboxConfig.from_env(), tags)
+    assert record.sandbox_id == environment.sandbox_id
+    await LizardSandboxEnvironment.sample_cleanup(
+        "tagging-task", CONFIG, {"default": environment}, True
+    )
+    assert environment.sandbox_id not in lizard_counters.sandboxes()
+
+
+async def test_a_rate_limited_create_is_retried_when_the_platform_says(
+    lizard_counters: LocalServer,
+) -> None:
+    lizard_counters.inject_fault(CREATE, status=429, retry_after_s=1)
+    environment = await init()
+    assert routes(lizard_counters)[CREATE] == 2
+    await environment.close()
+
+
+async def test_a_cancelled_sample_init_leaves_no_sandbox(lizard_counters: LocalServer) -> None:
+    before = set(lizard_counters.sandboxes())
+    lizard_counters.set_latency(1000)
+    try:
+        with anyio.move_on_after(0.3) as scope:
+            await init()
+    finally:
+        lizard_counters.set_latency(0)
+    assert scope.cancelled_caught
+    # The create already sent was awaited, and what it made destroyed.
+    assert routes(lizard_counters)[CREATE] == 1
+    assert routes(lizard_counters)["DELETE /api/sandboxes/{id}"] == 1
+    assert set(lizard_counters.sandboxes()) == before
+
+
+async def test_sample_cleanup_destroys_even_when_its_task_is_cancelled(
+    lizard_local: LocalServer,
+) -> None:
+    environment = await init()
+    with anyio.CancelScope() as scope:
+        scope.cancel()
+        await LizardSandboxEnvironment.sample_cleanup(
+            "tests", CONFIG, {"default": environment}, True
+        )
+    assert environment.sandbox_id not in lizard_local.sandboxes()
+
+
+async def test_task_cleanup_destroys_what_sample_cleanup_did_not(
+    lizard_local: LocalServer,
+) -> None:
+    left = [await init("leaky-task"), await init("leaky-task")]
+    kept = await init("kept-task")
+    await LizardSandboxEnvironment.task_cleanup("leaky-task", CONFIG, True)
+    await LizardSandboxEnvironment.task_cleanup("kept-task", CONFIG, False)
+    alive = set(lizard_local.sandboxes())
+    assert not {e.sandbox_id for e in left} & alive
+    assert kept.sandbox_id in alive
+    await kept.close()
+
+
+async def test_cli_cleanup_destroys_only_sandboxes_inspect_created(
+    lizard_local: LocalServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    ours = [await init("crashed-task"), await init("crashed-task")]
+    other = Session(SandboxConfig.from_env(lifetime_ms=60_000, integration="someone-else"))
+    try:
+        other.sandbox()
+        with pytest.raises(ValueError, match="was created by Inspect"):
+            await LizardSandboxEnvironment.cli_cleanup(other.sandbox_id)
+        await LizardSandboxEnvironment.cli_cleanup(ours[0].sandbox_id)
+        assert ours[0].sandbox_id not in lizard_local.sandboxes()
+        assert ours[1].sandbox_id in lizard_local.sandboxes()
+        await LizardSandboxEnvironment.cli_cleanup(None)
+        alive = set(lizard_local.sandboxes())
+        assert ours[1].sandbox_id not in alive
+        assert other.sandbox_id in alive
+        assert "Destroyed 1 Lizard sandbox" in capsys.readouterr().out
+    finally:
+        other.destroy()
+        for environment in ours:
+            await environment.close()
+
+
+def test_an_environment_is_an_inspect_sandbox() -> None:
+    assert issubclass(LizardSandboxEnvironment, SandboxEnvironment)
