@@ -12,7 +12,14 @@ from typing import Any
 
 import anyio
 import pytest
-from inspect_ai.util import OutputLimitExceededError, SandboxEnvironment
+from inspect_ai.util import (
+    ExecCompleted,
+    ExecStderr,
+    ExecStdout,
+    OutputLimitExceededError,
+    SandboxEnvironment,
+)
+from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 from pydantic import ValidationError
@@ -236,3 +243,24 @@ async def test_cli_cleanup_destroys_only_sandboxes_inspect_created(
 
 def test_an_environment_is_an_inspect_sandbox() -> None:
     assert issubclass(LizardSandboxEnvironment, SandboxEnvironment)
+
+
+async def test_exec_remote_streams_through_inspects_sandbox_tools(
+    lizard_local: LocalServer,
+) -> None:
+    # exec_remote is Inspect's own: it installs its sandbox tools under /var/tmp with
+    # write_file and exec, then polls them with exec. Inspect calls it on the proxy it wraps
+    # every environment in.
+    environment = await init()
+    try:
+        if not (await environment.exec(["test", "-w", "/var/tmp"])).success:
+            pytest.skip("lizard-local mounts /var/tmp read-only here; Inspect's tools go there")
+        process = await SandboxEnvironmentProxy(environment).exec_remote(
+            ["sh", "-c", "echo out; sleep 1; echo err >&2; exit 3"]
+        )
+        events = [event async for event in process]
+    finally:
+        await environment.close()
+    assert "".join(e.data for e in events if isinstance(e, ExecStdout)) == "out\n"
+    assert "".join(e.data for e in events if isinstance(e, ExecStderr)) == "err\n"
+    assert events[-1] == ExecCompleted(exit_code=3)
