@@ -222,11 +222,35 @@ def use_pydantic_ai_lizard() -> str:
     return "LizardSandboxBackend ran python3 (42) and destroyed its sandbox"
 
 
+def use_inspect_lizard() -> str:
+    """Run one command in a sample's sandbox the way an Inspect eval does, then clean up."""
+    need_server()
+    environment_class, config_class = public(
+        "inspect_lizard", "LizardSandboxEnvironment", "LizardSandboxConfig"
+    )
+    config = config_class(template="base", lifetime_ms=60_000)
+
+    async def run() -> Any:
+        environments = await environment_class.sample_init("smoke", config, {})
+        try:
+            return await environments["default"].exec(COMMAND)
+        finally:
+            await environment_class.sample_cleanup("smoke", config, environments, False)
+
+    result = asyncio.run(run())
+    expect(
+        result.returncode == 0 and result.stdout.strip() == "42",
+        f"inspect-lizard: {COMMAND} gave exit {result.returncode}, stdout {result.stdout!r}",
+    )
+    return "LizardSandboxEnvironment ran python3 (42) in a sample's sandbox and destroyed it"
+
+
 USES: dict[str, Callable[[], str]] = {
     "lizard-core": use_lizard_core,
     "lizard-local": use_lizard_local,
     "smolagents-lizard": use_smolagents_lizard,
     "pydantic-ai-lizard": use_pydantic_ai_lizard,
+    "inspect-lizard": use_inspect_lizard,
 }
 
 
