@@ -44,6 +44,7 @@ REQUIRES = {
         "pydantic-ai-harness>=0.57; extra == 'harness'",
     ],
     "smolagents-lizard": ["lizard-core=={version}", "smolagents>=1.26,<1.27"],
+    "inspect-lizard": ["lizard-core=={version}", "inspect-ai>=0.3.280,<0.4"],
 }
 
 
@@ -201,6 +202,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "lizard-local",
         "smolagents-lizard",
         "smolagents",
+        "inspect-lizard",
+        "inspect-ai",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
@@ -208,6 +211,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "smolagents-lizard",
         "pydantic-ai-slim",
         "smolagents",
+        "inspect-lizard",
+        "inspect-ai",
     }
 
 
