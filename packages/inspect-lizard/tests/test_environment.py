@@ -121,6 +121,8 @@ async def test_relative_paths_and_cwd_resolve_against_the_working_directory(
     assert (await module_env.exec(["pwd"])).stdout == "/workspace\n"
     assert (await module_env.exec(["ls"], cwd="nested/dir")).stdout == "file.txt\n"
     assert await module_env.read_file("/workspace/nested/dir/file.txt") == "x"
+    with pytest.raises(FileNotFoundError):
+        await module_env.exec(["ls"], cwd="no/such/dir")
 
 
 async def test_a_timeout_raises_with_the_partial_output(

@@ -13,8 +13,9 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
   creates the sandbox.
 - **exec** runs the argv with no shell, in the sample's working directory
   (:attr:`LizardSandboxConfig.working_dir`, created on demand; a relative ``cwd`` resolves
-  against it), with ``input`` on stdin (text as UTF-8), ``env`` added to the sandbox's
-  environment and ``user`` as the account (exit 126 for an unknown one;
+  against it, and a missing one is ``FileNotFoundError``), with ``input`` on stdin (text as
+  UTF-8), ``env`` added to the sandbox's environment and ``user`` as the account (exit 126
+  for an unknown one;
   ``SandboxUserUnsupportedError`` when the sandbox cannot switch users). A ``timeout`` kills
   the command's process group and raises ``TimeoutError`` with the partial output; passing
   Inspect's output limit kills it and raises ``OutputLimitExceededError``. A program that
@@ -64,7 +65,8 @@ from ._errors import decode_output, inspect_errors
 __all__ = ["CREATE_WAIT_S", "DEFAULT_CONCURRENCY", "LizardSandboxEnvironment"]
 
 DEFAULT_CONCURRENCY: Final = 10
-"""Sandboxes at once unless ``--max-sandboxes`` says otherwise: within a new account's limit."""
+"""Sandboxes at once unless ``--max-sandboxes`` says otherwise. Past an account's limit the
+platform answers 429 with a retry time, which ``sample_init`` waits out."""
 CREATE_WAIT_S: Final = 600.0
 """How long ``sample_init`` waits out rate limits (429 with a retry time) before failing."""
 
@@ -76,8 +78,6 @@ def _lizard_config(config: SandboxEnvironmentConfigType | None) -> LizardSandbox
         return LizardSandboxConfig()
     if isinstance(config, LizardSandboxConfig):
         return config
-    if isinstance(config, BaseModel):
-        return LizardSandboxConfig.model_validate(config.model_dump())
     raise ValueError(
         f"The lizard sandbox takes a LizardSandboxConfig, not {config!r}: Dockerfiles and "
         "compose files are not supported."
