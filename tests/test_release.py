@@ -229,6 +229,28 @@ def test_a_dependency_shared_with_the_core_is_not_blamed_on_another_adapter(
     assert unexpected_in_alone("smolagents-lizard", built, installed) == []
 
 
+def test_a_dependency_an_allowed_package_also_needs_is_not_blamed(tmp_path: Path) -> None:
+    # rich is smolagents-lizard's own requirement, and inspect-ai's too.
+    built = built_release(tmp_path)
+    built["smolagents-lizard"] = Built(
+        "smolagents-lizard",
+        built["smolagents-lizard"].wheel,
+        frozenset({"lizard-core", "smolagents", "rich"}),
+    )
+    installed = {"inspect-lizard", "lizard-core", "inspect-ai", "rich"}
+    assert unexpected_in_alone("inspect-lizard", built, installed, {"rich": {"inspect-ai"}}) == []
+    assert unexpected_in_alone("inspect-lizard", built, installed, {}) == [
+        "inspect-lizard installed alone brought rich (only smolagents-lizard needs it)"
+    ]
+    # A forbidden package's own needs explain nothing.
+    with_smolagents = installed | {"smolagents"}
+    needs = {"rich": {"smolagents"}}
+    assert unexpected_in_alone("inspect-lizard", built, with_smolagents, needs) == [
+        "inspect-lizard installed alone brought rich (only smolagents-lizard needs it)",
+        "inspect-lizard installed alone brought smolagents (only smolagents-lizard needs it)",
+    ]
+
+
 # The changelog and the release notes.
 
 CHANGELOG = """# Changelog

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -133,12 +133,22 @@ def forbidden_alone(name: str, built: dict[str, Built]) -> dict[str, str]:
     return forbidden
 
 
-def unexpected_in_alone(name: str, built: dict[str, Built], installed: set[str]) -> list[str]:
-    """One line for each forbidden distribution that ``name`` alone brought in."""
+def unexpected_in_alone(
+    name: str,
+    built: dict[str, Built],
+    installed: set[str],
+    required_by: Mapping[str, set[str]] | None = None,
+) -> list[str]:
+    """One line for each forbidden distribution that ``name`` alone brought in.
+
+    ``required_by`` (name -> the installed distributions requiring it) clears a dependency that
+    something allowed needs too: ``rich`` is smolagents-lizard's own, and inspect-ai's as well.
+    """
+    forbidden = forbidden_alone(name, built)
     return [
         f"{name} installed alone brought {dep} ({why})"
-        for dep, why in sorted(forbidden_alone(name, built).items())
-        if dep in installed
+        for dep, why in sorted(forbidden.items())
+        if dep in installed and not (required_by or {}).get(dep, set()) - forbidden.keys()
     ]
 
 
@@ -254,6 +264,30 @@ class Environment:
             timeout=STEP_TIMEOUT_S,
         )
         return {canonicalize_name(d["name"]) for d in json.loads(listing.stdout)}
+
+    def required_by(self) -> dict[str, set[str]]:
+        """Canonical name -> the installed distributions that require it (extras left out)."""
+        script = (
+            "import importlib.metadata as m, json; print(json.dumps("
+            "[[d.metadata['Name'], d.requires or []] for d in m.distributions()]))"
+        )
+        listing = subprocess.run(
+            [self.python, "-I", "-c", script],
+            cwd=self._cwd,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=STEP_TIMEOUT_S,
+        )
+        graph: dict[str, set[str]] = {}
+        for dist, requires in json.loads(listing.stdout):
+            for raw in requires:
+                requirement = Requirement(raw)
+                if requirement.marker is None or requirement.marker.evaluate({"extra": ""}):
+                    graph.setdefault(canonicalize_name(requirement.name), set()).add(
+                        canonicalize_name(dist)
+                    )
+        return graph
 
     def _uv_run(self, *args: str | Path, what: str) -> None:
         run([self._uv, "--no-config", *args], cwd=self._cwd, what=what)
@@ -399,7 +433,9 @@ class ReleaseCheck:
                 installed = environment.installed()
                 wanted = closure(name, self.built)
                 problems = [f"{name} installed alone lacks {m}" for m in sorted(wanted - installed)]
-                problems += unexpected_in_alone(name, self.built, installed)
+                problems += unexpected_in_alone(
+                    name, self.built, installed, environment.required_by()
+                )
                 if problems:
                     raise ReleaseCheckError("\n  ".join(problems))
                 brought = ", ".join(sorted(wanted - {name})) or "no sibling"
