@@ -439,8 +439,11 @@ class ReleaseCheck:
                 if problems:
                     raise ReleaseCheckError("\n  ".join(problems))
                 brought = ", ".join(sorted(wanted - {name})) or "no sibling"
-                absent = ", ".join(sorted(forbidden_alone(name, self.built)))
-                print(f"ok: brings {brought}; none of {absent}")
+                forbidden = set(forbidden_alone(name, self.built))
+                absent = ", ".join(sorted(forbidden - installed))
+                shared = ", ".join(sorted(forbidden & installed))  # cleared by required_by
+                also = f"; {shared} only as required by what it needs" if shared else ""
+                print(f"ok: brings {brought}; none of {absent}{also}")
                 if name == canonicalize_name(EMULATOR):
                     self._emulator = SharedEmulator(environment)
                     self._emulator.start()
