@@ -7,7 +7,10 @@ the registration Inspect finds the provider by.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -266,3 +269,31 @@ async def test_exec_remote_streams_through_inspects_sandbox_tools(
     assert "".join(e.data for e in events if isinstance(e, ExecStdout)) == "out\n"
     assert "".join(e.data for e in events if isinstance(e, ExecStderr)) == "err\n"
     assert events[-1] == ExecCompleted(exit_code=3)
+
+
+CRASHING_RUN = """
+import os, anyio
+from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
+config = LizardSandboxConfig(template="base", lifetime_ms=120_000)
+environments = anyio.run(LizardSandboxEnvironment.sample_init, "crashing-task", config, {})
+print(environments["default"].sandbox_id, flush=True)
+os._exit(1)  # dies without any cleanup
+"""
+
+
+def test_inspect_sandbox_cleanup_removes_what_a_crashed_run_left(
+    lizard_local: LocalServer,
+) -> None:
+    crashed = subprocess.run(
+        [sys.executable, "-c", CRASHING_RUN], capture_output=True, text=True, timeout=120
+    )
+    left = crashed.stdout.strip()
+    assert crashed.returncode == 1
+    assert left in lizard_local.sandboxes()
+    cli = Path(sys.executable).with_name("inspect")
+    cleanup = subprocess.run(
+        [str(cli), "sandbox", "cleanup", "lizard"], capture_output=True, text=True, timeout=120
+    )
+    assert cleanup.returncode == 0, cleanup.stderr
+    assert left in cleanup.stdout
+    assert left not in lizard_local.sandboxes()
