@@ -6,8 +6,10 @@ environment has none of this repository's packages).
 Each operation is a user-visible call through an adapter's public API, run the same way against
 the 0.1.0 packages and against this repository's: workspace operations through
 ``pydantic_ai_lizard.LizardSandboxBackend``, executor operations through
-``smolagents_lizard.LizardExecutor``. Probes are raw HTTP requests (no adapter) that price a new
-connection against a reused one; they run in this repository's environment only.
+``smolagents_lizard.LizardExecutor``, Inspect operations through the
+``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample. Probes are raw
+HTTP requests (no adapter) that price a new connection against a reused one; they run in this
+repository's environment only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "probe"]
+Kind = Literal["workspace", "executor", "inspect", "probe"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ OPERATIONS: Final = (
         "executor",
         True,
     ),
+    Operation("inspect_exec", "Inspect `exec(['true'])`", "inspect"),
+    Operation("inspect_write_1k", "Inspect `write_file` 1 KiB", "inspect"),
+    Operation("inspect_read_1k", "Inspect `read_file` 1 KiB", "inspect"),
 )
 
 PROBES: Final = (
@@ -159,6 +164,9 @@ REQUEST_TARGETS: Final = (
     "list_dir",
     "exists",
     "realpath",
+    "inspect_exec",
+    "inspect_write_1k",
+    "inspect_read_1k",
 )
 """Operations that must cost this repository's packages at most one request."""
 

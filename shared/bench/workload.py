@@ -1,8 +1,9 @@
 """The operations themselves, written once against the adapters' public names.
 
-The same code drives both environments: ``pydantic_ai_lizard.LizardSandboxBackend`` and
-``smolagents_lizard.LizardExecutor`` exist with compatible constructors in 0.1.0 and in this
-repository, so whatever differs in the numbers is the packages, not the benchmark.
+The same code drives both environments: ``pydantic_ai_lizard.LizardSandboxBackend``,
+``smolagents_lizard.LizardExecutor`` and ``inspect_lizard.LizardSandboxEnvironment`` (made by
+Inspect's ``sample_init``) exist with compatible interfaces in 0.1.0 and in this repository, so
+whatever differs in the numbers is the packages, not the benchmark.
 
 Every operation is split into ``prepare`` (untimed: fixtures, a fresh backend for a cold
 operation), the timed ``act`` and ``finish`` (untimed: clean-up). The orchestrator resets
@@ -82,6 +83,7 @@ class Workload:
         self._root = ""
         self._fixtures: set[str] = set()
         self._executor: Any = None
+        self._inspect: Any = None  # the environments sample_init gave
         self._probe_client: Any = None
         self._probe_ssl: ssl.SSLContext | None = None
 
@@ -140,9 +142,28 @@ class Workload:
             self._start(self._executor)
         return self._executor
 
+    def _inspect_env(self) -> Any:
+        """The warm Inspect sandbox environment, made as an eval makes one for a sample."""
+        from inspect_lizard import LizardSandboxEnvironment
+
+        if self._inspect is None:
+            init = LizardSandboxEnvironment.sample_init("bench", None, {})
+            self._inspect = self.loop.run_until_complete(init)
+            _python_on_path(self._inspect["default"])
+        return self._inspect["default"]
+
     def close(self) -> None:
         """Destroy the warm sandboxes."""
         errors: list[str] = []
+        if self._inspect is not None:
+            from inspect_lizard import LizardSandboxEnvironment
+
+            cleanup = LizardSandboxEnvironment.sample_cleanup("bench", None, self._inspect, False)
+            try:
+                self.loop.run_until_complete(cleanup)
+            except Exception as exc:  # keep closing the rest
+                errors.append(f"inspect cleanup: {exc!r}")
+            self._inspect = None
         if self._executor is not None:
             try:
                 self._executor.cleanup()
@@ -337,6 +358,41 @@ class Workload:
 
         return Prepared(act=act, check=check, finish=finish)
 
+    # ── Inspect ──────────────────────────────────────────────────────────
+
+    def _op_inspect_exec(self) -> Prepared:
+        environment = self._inspect_env()
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "returncode", None) == 0, f"`true` failed: {result!r}")
+
+        return Prepared(act=self._sync(lambda: environment.exec(["true"])), check=check)
+
+    def _op_inspect_write_1k(self) -> Prepared:
+        environment = self._inspect_env()
+        text = SMALL.hex()[:1024]
+
+        def finish() -> None:
+            read = self.loop.run_until_complete(environment.read_file("bench-written.txt"))
+            _expect(read == text, "the 1 KiB written is not what reads back")
+
+        return Prepared(
+            act=self._sync(lambda: environment.write_file("bench-written.txt", text)),
+            finish=finish,
+        )
+
+    def _op_inspect_read_1k(self) -> Prepared:
+        environment = self._inspect_env()
+        self.loop.run_until_complete(environment.write_file("bench-small.bin", SMALL))
+
+        def check(result: object) -> None:
+            _expect(result == SMALL, "the 1 KiB read back differs from what was written")
+
+        return Prepared(
+            act=self._sync(lambda: environment.read_file("bench-small.bin", text=False)),
+            check=check,
+        )
+
     # ── probes: what a reused connection would save (raw HTTP, no adapter) ──
 
     def _probe(self, send: Callable[[str, dict[str, str], dict[str, Any]], Any]) -> Prepared:
@@ -438,6 +494,26 @@ def _scripted_model_class() -> type:
 def scripted_model(replies: tuple[str, ...]) -> Any:
     """A smolagents model that replies with ``replies``, one per step (smolagents imported late)."""
     return _scripted_model_class()(replies)
+
+
+def _python_on_path(environment: Any) -> None:
+    """Let 0.1.0's Inspect worker find python3 on lizard-local's templates.
+
+    0.1.0 runs its worker as ``/usr/local/bin/python3``, where the cloud's image has it;
+    lizard-local's templates have ``python3`` on ``PATH`` instead. The same exec, one word
+    changed: the timing is 0.1.0's own. This repository's environment has no ``sandbox``.
+    """
+    process = getattr(getattr(environment, "sandbox", None), "process", None)
+    if process is None:
+        return
+    exec_ = process.exec_
+
+    def on_path(cmd: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(cmd, list) and cmd[:1] == ["/usr/local/bin/python3"]:
+            cmd = ["python3", *cmd[1:]]
+        return exec_(cmd, *args, **kwargs)
+
+    process.exec_ = on_path
 
 
 def timed(act: Callable[[], object]) -> tuple[float, object]:
