@@ -7,6 +7,7 @@ the registration Inspect finds the provider by.
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -21,6 +22,7 @@ from inspect_ai.util import (
     ExecStdout,
     OutputLimitExceededError,
     SandboxEnvironment,
+    SandboxUserUnsupportedError,
 )
 from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
@@ -28,6 +30,8 @@ from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 from pydantic import ValidationError
 
 from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
+from inspect_lizard._environment import exec_result
+from lizard_core.commands import CommandResult
 from lizard_core.config import SandboxConfig
 from lizard_core.inventory import find_sandboxes
 from lizard_core.session import Session
@@ -152,6 +156,25 @@ async def test_output_is_decoded_with_replacement_characters(
     assert result.stdout == "ok \ufffd"
 
 
+@pytest.mark.parametrize(
+    ("start_errno", "user", "error"),
+    [
+        (errno.EPERM, "someone", SandboxUserUnsupportedError),
+        (errno.EACCES, None, PermissionError),
+        (errno.EPERM, None, PermissionError),
+    ],
+)
+def test_a_command_that_could_not_start_raises_what_inspect_names(
+    start_errno: int, user: str | None, error: type[Exception]
+) -> None:
+    # lizard-local's agent is root, so the sandbox that cannot switch users is built here.
+    result = CommandResult(126, b"", b"cannot run as user someone: not root\n", None, start_errno)
+    with pytest.raises(error):
+        exec_result(result, "/bin/prog", user)
+    missing = CommandResult(127, b"", b"prog: command not found\n", None, errno.ENOENT)
+    assert exec_result(missing, "prog", None).returncode == 127
+
+
 async def test_connection_is_not_available(module_env: LizardSandboxEnvironment) -> None:
     with pytest.raises(NotImplementedError, match="exec"):
         await module_env.connection()
@@ -274,6 +297,8 @@ async def test_exec_remote_streams_through_inspects_sandbox_tools(
 CRASHING_RUN = """
 import os, anyio
 from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
+from inspect_lizard._environment import exec_result
+from lizard_core.commands import CommandResult
 config = LizardSandboxConfig(template="base", lifetime_ms=120_000)
 environments = anyio.run(LizardSandboxEnvironment.sample_init, "crashing-task", config, {})
 print(environments["default"].sandbox_id, flush=True)

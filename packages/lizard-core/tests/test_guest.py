@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import base64
+import errno
 import json
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -58,6 +60,28 @@ def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> lis
     return [json.loads(line) for line in done.stdout.splitlines()]
 
 
+def _inflated(frames: list[dict[str, Any]], stream: int) -> bytes:
+    inflater = zlib.decompressobj()
+    pieces = [base64.b64decode(f["d"]) for f in frames if f["t"] == "z" and f["s"] == stream]
+    return b"".join(inflater.decompress(piece) for piece in pieces)
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv") or not os.path.exists("/usr/bin/python3"),
+    reason="starting the agent as an unprivileged user needs root, setpriv and /usr/bin/python3",
+)
+def test_an_agent_that_is_not_root_refuses_to_switch_users() -> None:
+    request = {"op": "run", "argv": ["id", "-u"], "user": "root", "limit": 1 << 20, "wire": 1 << 20}
+    encoded = base64.b64encode(json.dumps(request).encode()).decode()
+    unprivileged = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    argv = [*unprivileged, "/usr/bin/python3", *guest.PYTHON[1:], program("agent"), "c0", "1"]
+    done = subprocess.run([*argv, encoded], capture_output=True, timeout=60, check=True, cwd="/")
+    frames = [json.loads(line) for line in done.stdout.splitlines()]
+    assert (frames[-1]["rc"], frames[-1]["se"]) == (126, errno.EPERM)
+    message = b"".join(base64.b64decode(f["d"]) for f in frames if f["t"] == "o")
+    assert b"not root" in message
+
+
 def test_the_program_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
     version = subprocess.run([old_python, "--version"], capture_output=True, text=True).stdout
     print("guest agent checked under", version.strip())
@@ -102,6 +126,15 @@ def test_the_program_runs_under_the_oldest_local_python(old_python: str, tmp_pat
     assert (cwds / "real/new/dir").is_dir()
     timed = _run_locally(old_python, {"op": "run", "argv": ["sleep", "30"], "timeout": 0.5, **base})
     assert (timed[-1]["to"], timed[-1]["rc"]) == (True, 137)
+    fed = _run_locally(
+        old_python, {"op": "run", "argv": ["wc", "-c"], "stdin": "inline", **base}, b"x" * 70000
+    )
+    assert _inflated(fed, 1) == b"70000\n"
+    if os.geteuid() == 0:  # the user switch takes the interpreter's own path on Python 3.8
+        switched = _run_locally(
+            old_python, {"op": "run", "argv": ["id", "-u"], "user": "65534", **base}
+        )
+        assert _inflated(switched, 1) == b"65534\n"
 
     target = tmp_path / "dir" / "file.bin"
     assert (

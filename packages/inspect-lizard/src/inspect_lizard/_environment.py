@@ -53,7 +53,7 @@ from inspect_ai.util import (
 from pydantic import BaseModel
 
 from lizard_core import errors as core
-from lizard_core.commands import arun_command
+from lizard_core.commands import CommandResult, arun_command
 from lizard_core.config import METADATA_INTEGRATION_KEY, SandboxConfig
 from lizard_core.files import SandboxFiles
 from lizard_core.inventory import adestroy_sandboxes, afind_sandboxes
@@ -81,6 +81,20 @@ def _lizard_config(config: SandboxEnvironmentConfigType | None) -> LizardSandbox
     raise ValueError(
         f"The lizard sandbox takes a LizardSandboxConfig, not {config!r}: Dockerfiles and "
         "compose files are not supported."
+    )
+
+
+def exec_result(result: CommandResult, program: str, user: str | None) -> ExecResult[str]:
+    """Inspect's result for a finished command, or the error its contract names."""
+    if result.start_errno == errno.EPERM and user is not None:
+        raise SandboxUserUnsupportedError(decode_output(result.stderr).strip())
+    if result.start_errno in (errno.EACCES, errno.EPERM):
+        raise PermissionError(result.start_errno, os.strerror(result.start_errno), program)
+    return ExecResult(
+        success=result.exit_code == 0,
+        returncode=result.exit_code,
+        stdout=decode_output(result.stdout),
+        stderr=decode_output(result.stderr),
     )
 
 
@@ -149,16 +163,7 @@ class LizardSandboxEnvironment(SandboxEnvironment):
                 input=data,
                 user=user,
             )
-        if result.start_errno == errno.EPERM and user is not None:
-            raise SandboxUserUnsupportedError(decode_output(result.stderr).strip())
-        if result.start_errno in (errno.EACCES, errno.EPERM):
-            raise PermissionError(result.start_errno, os.strerror(result.start_errno), cmd[0])
-        return ExecResult(
-            success=result.exit_code == 0,
-            returncode=result.exit_code,
-            stdout=decode_output(result.stdout),
-            stderr=decode_output(result.stderr),
-        )
+        return exec_result(result, cmd[0], user)
 
     async def write_file(self, file: str, contents: str | bytes) -> None:
         """Write text (as UTF-8) or bytes, creating missing parent directories."""
