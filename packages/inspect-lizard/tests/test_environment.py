@@ -98,6 +98,21 @@ async def test_bad_settings_fail_before_any_request(lizard_counters: LocalServer
     assert routes(lizard_counters) == {}
 
 
+async def test_task_init_refuses_what_no_sample_could_use(
+    lizard_counters: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await LizardSandboxEnvironment.task_init("tests", CONFIG)
+    with pytest.raises(ValueError, match="compose"):
+        await LizardSandboxEnvironment.task_init("tests", "compose.yaml")
+    monkeypatch.delenv("LIZARD_PROJECT_ID")
+    with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
+        await LizardSandboxEnvironment.task_init("tests", CONFIG)
+    monkeypatch.delenv("LIZARD_API_KEY")
+    with pytest.raises(ValueError, match="LIZARD_API_KEY"):
+        await LizardSandboxEnvironment.task_init("tests", CONFIG)
+    assert routes(lizard_counters) == {}
+
+
 def test_the_defaults_suit_an_eval() -> None:
     assert LizardSandboxEnvironment.default_concurrency() == 10
     assert LizardSandboxConfig().template == "interpreter"  # as in 0.1.0

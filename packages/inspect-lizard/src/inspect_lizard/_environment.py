@@ -8,9 +8,9 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
   or the cleanup itself is cancelled. ``task_cleanup`` destroys what a failed cleanup left;
   ``inspect sandbox cleanup lizard [ID]`` destroys what a crashed run left, found by the
   ``integration=inspect`` tag every such sandbox carries.
-- **No I/O when built.** The constructor checks the configuration and the credentials
-  (``TypeError`` / ``ValueError``) and makes no request; outside an eval the first operation
-  creates the sandbox.
+- **No I/O when built.** The constructor (and ``task_init``, once per task) checks the
+  configuration and the credentials (``TypeError`` / ``ValueError``) and makes no request;
+  outside an eval the first operation creates the sandbox.
 - **exec** runs the argv with no shell, in the sample's working directory
   (:attr:`LizardSandboxConfig.working_dir`, created on demand; a relative ``cwd`` resolves
   against it, and a missing one is ``FileNotFoundError``), with ``input`` on stdin (text as
@@ -233,6 +233,11 @@ class LizardSandboxEnvironment(SandboxEnvironment):
     def default_concurrency(cls) -> int | None:
         """Samples with a sandbox at once by default: :data:`DEFAULT_CONCURRENCY`."""
         return DEFAULT_CONCURRENCY
+
+    @classmethod
+    async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
+        """Check the configuration and credentials before any sample starts (no request)."""
+        _lizard_config(config).sandbox_config(task_name=task_name).require_project()
 
     @classmethod
     async def sample_init(
