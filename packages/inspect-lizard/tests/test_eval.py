@@ -82,3 +82,39 @@ def test_a_scripted_agent_uses_bash_and_python_in_one_sandbox_per_sample(
     # runs at sample init.
     assert routes["POST /api/sandboxes/{id}/exec"] == 3 * (2 + 1)
     assert set(lizard_counters.sandboxes()) == before
+
+
+def sleeping_agent(
+    messages: list[ChatMessage], tools: list[ToolInfo], choice: ToolChoice, config: GenerateConfig
+) -> ModelOutput:
+    """Calls bash with a command that outlives the sample's time limit."""
+    output = ModelOutput.for_tool_call(MODEL, "bash", {"command": "sleep 120; echo done"})
+    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    return output
+
+
+def test_a_sample_stopped_by_its_time_limit_leaves_no_sandbox_or_command(
+    lizard_counters: LocalServer, tmp_path: Path
+) -> None:
+    before = set(lizard_counters.sandboxes())
+    task = Task(
+        dataset=[Sample(input="wait", target="done")],
+        solver=[use_tools(bash()), generate()],
+        scorer=includes(),
+        sandbox=("lizard", LizardSandboxConfig(template="base", lifetime_ms=300_000)),
+        time_limit=5,
+    )
+    [log] = inspect_eval(
+        task,
+        model=get_model(MODEL, custom_outputs=sleeping_agent),
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    assert log.samples is not None
+    [sample] = log.samples
+    assert sample.limit is not None
+    assert sample.limit.type == "time"
+    routes = lizard_counters.counters()["routes"]
+    assert routes["POST /api/sandboxes"] == 1
+    assert routes["DELETE /api/sandboxes/{id}"] == 1
+    assert set(lizard_counters.sandboxes()) == before
