@@ -282,7 +282,8 @@ def dev(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def new_adapter(session: nox.Session) -> None:
-    """Create packages/<framework>-lizard from the adapter template: `-- <framework>`."""
+    """Create packages/<framework>-lizard from the adapter template: `-- <framework>`
+    (`-- adk --dist lizard-adk` for a distribution named otherwise)."""
     script = ROOT / "shared" / "new_adapter.py"
     session.run(sys.executable, str(script), *session.posargs, external=True)
 
