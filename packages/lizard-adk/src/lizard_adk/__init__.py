@@ -1,11 +1,16 @@
-"""ADK agents' shell commands in Lizard Sandboxes.
+"""Google ADK agents in Lizard Sandboxes, on ``lizard_core``.
 
-``LizardTool`` runs a command in a sandbox and returns its output; wrap it
-in ADK's tool type (see ``_tool.py``). Built on ``lizard_core``: this
-package never talks to the Lizard API itself.
+- :class:`LizardEnvironment`: an ADK ``BaseEnvironment`` for ``EnvironmentToolset`` (shell
+  commands and files in one sandbox).
+- :class:`LizardCodeExecutor`: an ADK ``BaseCodeExecutor`` on a persistent Python kernel in the
+  sandbox (``stateful=True`` keeps variables between code blocks).
+- :class:`LizardPlugin`: 0.1's plugin with its four tools, kept for existing users.
+
+This package never talks to the Lizard API itself; errors are ``lizard_core.errors`` kinds.
 """
 
-from ._errors import LizardToolError, SandboxUnavailableError
-from ._tool import CommandOutput, LizardTool
+from ._environment import LizardEnvironment
+from ._executor import LizardCodeExecutor
+from .plugin import LizardPlugin
 
-__all__ = ["CommandOutput", "LizardTool", "LizardToolError", "SandboxUnavailableError"]
+__all__ = ["LizardCodeExecutor", "LizardEnvironment", "LizardPlugin"]
