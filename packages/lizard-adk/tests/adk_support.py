@@ -57,7 +57,9 @@ class ScriptedModel(BaseLlm):
         yield LlmResponse(content=types.Content(role="model", parts=[part]))
 
 
-async def run_agent(agent: LlmAgent, prompt: str, *, runner: InMemoryRunner | None = None) -> list[Event]:
+async def run_agent(
+    agent: LlmAgent, prompt: str, *, runner: InMemoryRunner | None = None
+) -> list[Event]:
     """Run one invocation of ``agent`` and return its events; the runner is closed after."""
     own = runner is None
     runner = runner or InMemoryRunner(agent=agent, app_name="lizard_adk_tests")

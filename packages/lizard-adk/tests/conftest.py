@@ -8,13 +8,15 @@ credentials are set. Tests that need lizard-local's control API ask for ``lizard
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from lizard_local.pytest_plugin import LIVE
 
 
 @pytest.fixture(params=["local", pytest.param("live", marks=LIVE)])
-def connection(request: pytest.FixtureRequest) -> dict[str, str]:
+def connection(request: pytest.FixtureRequest) -> dict[str, Any]:
     if request.param == "local":
         request.getfixturevalue("lizard_local")
         return {}

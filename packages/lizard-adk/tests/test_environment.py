@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from adk_support import ScriptedModel, call, function_responses, run_agent, text
 from google.adk.agents import LlmAgent
 from google.adk.runners import InMemoryRunner
 from google.adk.tools.environment import EnvironmentToolset
 
-from adk_support import ScriptedModel, call, function_responses, run_agent, text
 from lizard_adk import LizardEnvironment
 from lizard_core.errors import OutputLimitError, SandboxGoneError
 from lizard_local import LocalServer
@@ -28,7 +28,7 @@ EXEC = "POST /api/sandboxes/{id}/exec"
 
 
 @pytest.fixture
-async def env(connection: dict[str, str]) -> AsyncIterator[LizardEnvironment]:
+async def env(connection: dict[str, Any]) -> AsyncIterator[LizardEnvironment]:
     environment = LizardEnvironment(lifetime_ms=300_000, **connection)
     await environment.initialize()
     yield environment
@@ -81,8 +81,8 @@ async def test_initialize_creates_one_sandbox_and_close_destroys_it(
     environment = LizardEnvironment(lifetime_ms=300_000)
     await environment.initialize()
     await environment.initialize()
-    sandbox_id = environment.sandbox_id
-    assert environment.is_initialized
+    sandbox_id, initialized = environment.sandbox_id, environment.is_initialized
+    assert initialized
     assert sandbox_id in lizard_counters.sandboxes()
     assert lizard_counters.counters()["routes"]["POST /api/sandboxes"] == 1
     await environment.execute("true")
@@ -157,7 +157,7 @@ async def test_execute_returns_exit_code_and_both_streams(env: LizardEnvironment
 
 
 async def test_commands_run_in_the_working_dir_with_env_vars_only(
-    connection: dict[str, str], monkeypatch: pytest.MonkeyPatch
+    connection: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOST_ONLY", "from the host")
     environment = LizardEnvironment(
@@ -186,7 +186,7 @@ async def test_a_timeout_returns_the_output_so_far_and_timed_out(env: LizardEnvi
 
 
 async def test_output_past_the_limit_raises_never_a_short_result(
-    connection: dict[str, str],
+    connection: dict[str, Any],
 ) -> None:
     environment = LizardEnvironment(output_limit=1024, **connection)
     await environment.initialize()
@@ -218,7 +218,7 @@ async def test_small_reads_and_writes_cost_one_request_each(lizard_counters: Loc
 
 
 async def test_paths_outside_the_working_dir_are_allowed_unlike_local_environment(
-    connection: dict[str, str],
+    connection: dict[str, Any],
 ) -> None:
     # ADK's LocalEnvironment confines paths to its folder (ValueError "escapes working
     # directory") to protect the host; like ADK's E2B and Daytona environments, a sandbox

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from google.adk.agents.invocation_context import InvocationContext
+from google.adk.agents.llm_agent import ToolUnion
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
@@ -95,7 +96,7 @@ class LizardPlugin(BasePlugin):
         self._sandboxes: dict[str, _Sandbox] = {}
         self._closed = False
 
-    def get_tools(self) -> list[FunctionTool]:
+    def get_tools(self) -> list[ToolUnion]:
         """Return the four tools to pass to an ADK ``Agent``."""
         return [
             FunctionTool(self.lizard_execute_command),
