@@ -12,6 +12,7 @@ from adk_support import ScriptedModel, call, function_responses, run_agent, text
 from google.adk.agents import LlmAgent
 from google.adk.apps import App
 from google.adk.runners import InMemoryRunner
+from google.adk.tools.function_tool import FunctionTool
 
 from lizard_adk import LizardPlugin
 from lizard_adk.plugin import LizardPlugin as FromPluginModule
@@ -28,6 +29,7 @@ def test_the_0_1_import_paths_and_tools_are_kept(lizard_counters: LocalServer) -
     assert plugin.name == "lizard_sandboxes"
     declared = {}
     for tool in plugin.get_tools():
+        assert isinstance(tool, FunctionTool)
         declaration = tool._get_declaration()
         assert declaration is not None
         # ADK builds a JSON schema or a genai Schema, depending on its version.
