@@ -48,6 +48,7 @@ async def env(connection: dict[str, Any]) -> AsyncIterator[LizardEnvironment]:
         ({"api_url": "http://lizard.invalid"}, ValueError),
         ({"size": "huge"}, ValueError),
         ({"env_vars": {"A": 1}}, TypeError),
+        ({"envs": {"A": "1"}}, TypeError),  # ADK's environments call them env_vars
     ],
 )
 def test_bad_arguments_are_refused_before_any_request(

@@ -63,6 +63,7 @@ def run(
         ({"working_dir": "here"}, ValueError),
         ({"api_url": "http://lizard.invalid"}, ValueError),
         ({"template": "no spaces allowed"}, ValueError),
+        ({"timeout": 5}, TypeError),  # a typo pydantic would drop: the field is timeout_seconds
     ],
 )
 def test_bad_arguments_are_refused_before_any_request(

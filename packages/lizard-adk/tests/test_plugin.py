@@ -56,6 +56,7 @@ def test_the_0_1_import_paths_and_tools_are_kept(lizard_counters: LocalServer) -
         ({"command_timeout_ms": 1.5}, TypeError),
         ({"size": "enormous"}, ValueError),
         ({"project_id": ""}, ValueError),
+        ({"sandbox_id": "sbx-1"}, ValueError),  # a sandbox per invocation: nothing to attach
     ],
 )
 def test_bad_options_are_refused_before_any_request(

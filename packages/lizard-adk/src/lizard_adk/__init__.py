@@ -11,6 +11,7 @@ This package never talks to the Lizard API itself; errors are ``lizard_core.erro
 
 from ._environment import LizardEnvironment
 from ._executor import LizardCodeExecutor
+from ._sandbox import SandboxOptions
 from .plugin import LizardPlugin
 
-__all__ = ["LizardCodeExecutor", "LizardEnvironment", "LizardPlugin"]
+__all__ = ["LizardCodeExecutor", "LizardEnvironment", "LizardPlugin", "SandboxOptions"]

@@ -31,7 +31,6 @@ import contextlib
 import hashlib
 import threading
 import weakref
-from collections.abc import Mapping
 from typing import Any, Final
 
 from google.adk.agents.invocation_context import InvocationContext
@@ -45,14 +44,13 @@ from pydantic import PrivateAttr
 from typing_extensions import override
 
 from lizard_core.commands import UNTIMED_EXEC_S
-from lizard_core.config import Size
 from lizard_core.exchange import FileExchange, Taken
 from lizard_core.files import SandboxFiles
 from lizard_core.kernel import ExecutionResult, Kernel
 from lizard_core.session import Session
 
 from ._environment import DEFAULT_WORKING_DIR
-from ._sandbox import check_dir, make_session
+from ._sandbox import SandboxOptions, check_dir, make_session
 
 __all__ = ["DEFAULT_MAX_OUTPUT_BYTES", "LizardCodeExecutor"]
 
@@ -69,11 +67,10 @@ def _destroy(session: Session) -> None:
 class LizardCodeExecutor(BaseCodeExecutor):
     """Run the code blocks an ADK agent writes in a Lizard sandbox: ``code_executor=...``.
 
-    Besides ADK's fields (``stateful``, ``timeout_seconds``, ``error_retry_attempts``, ...):
-    ``api_key``, ``api_url``, ``project_id`` (default: ``LIZARD_*`` variables), ``template``
-    (``interpreter``, with the data stack; ``base`` works too), ``size``, ``lifetime_ms``,
-    ``envs`` (for the sandbox; nothing is copied from the host), ``working_dir``, ``sandbox_id``
-    (attach, and leave running at ``close()``), ``keep_alive``, ``max_output_bytes``.
+    Takes ADK's fields (``stateful``, ``timeout_seconds``, ``error_retry_attempts``, ...), the
+    :class:`~lizard_adk.SandboxOptions` (template ``interpreter`` by default; ``base`` works
+    too), ``working_dir`` (the kernel's directory) and ``max_output_bytes`` (output files per
+    block), all as keyword arguments. An unknown keyword is a TypeError.
     """
 
     timeout_seconds: int | None = 300
@@ -91,37 +88,22 @@ class LizardCodeExecutor(BaseCodeExecutor):
     def __init__(
         self,
         *,
-        api_key: str | None = None,
-        api_url: str | None = None,
-        project_id: str | None = None,
-        template: str = "interpreter",
-        size: Size | None = None,
-        lifetime_ms: int = 900_000,
-        envs: Mapping[str, str] | None = None,
         working_dir: str = DEFAULT_WORKING_DIR,
-        sandbox_id: str | None = None,
-        keep_alive: bool = True,
         max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
         **data: Any,
     ) -> None:
+        options = {k: data.pop(k) for k in SandboxOptions.__annotations__ if k in data}
+        unknown = sorted(set(data) - set(type(self).model_fields))
+        if unknown:  # pydantic would drop them silently
+            raise TypeError(f"unexpected keyword arguments: {', '.join(unknown)}")
         super().__init__(**data)
         if self.timeout_seconds is not None and self.timeout_seconds <= 0:
             raise ValueError(f"timeout_seconds must be positive or None: {self.timeout_seconds}")
         self._working_dir = check_dir("working_dir", working_dir)
-        self._session = make_session(
-            api_key=api_key,
-            api_url=api_url,
-            project_id=project_id,
-            template=template,
-            size=size,
-            lifetime_ms=lifetime_ms,
-            envs=envs,
-            sandbox_id=sandbox_id,
-            keep_alive=keep_alive,
-        )
+        self._session = make_session(options, template="interpreter")
         files = SandboxFiles(self._session)
         self._exchange = FileExchange(files, self._working_dir, max_bytes=max_output_bytes)
-        self._attached = sandbox_id is not None
+        self._attached = options.get("sandbox_id") is not None
         if not self._attached:  # dropped without close(), or at exit: delete its sandbox
             self._finalizer = weakref.finalize(self, _destroy, self._session)
 

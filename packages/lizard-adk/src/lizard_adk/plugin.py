@@ -1,29 +1,20 @@
 """``LizardPlugin``: 0.1's four tools and one sandbox per ADK invocation, now on ``lizard_core``.
 
-Kept for 0.1 users (``from lizard_adk import LizardPlugin`` and ``lizard_adk.plugin`` both work);
-new code should prefer ``LizardEnvironment`` with ADK's ``EnvironmentToolset``, or
-``LizardCodeExecutor``. What changed from 0.1.1 is only what it could not do (tested in
-``tests/test_plugin.py``):
-
-- Files of any size and content: ``lizard_read_file`` returns ``content`` for UTF-8 text and
-  ``content_base64`` for anything else; ``lizard_write_file`` takes ``encoding="base64"`` for
-  binary content. The 1 MiB cap is gone.
-- ``command_timeout_ms`` has no 120 s cap: any positive value is honoured. A command or cell
-  that passes it returns its output so far with ``timed_out: true`` instead of failing the tool.
-- Any template and size (``template`` is new; the default is still ``interpreter``); commands
-  and code need no Jupyter in the sandbox.
-
-Unchanged: register ``get_tools()`` on the agent and the plugin on the ``App``; each invocation
-gets its own sandbox, created by its first tool call and destroyed when the invocation ends;
-Python state persists across ``lizard_execute_code`` calls of one invocation; ``close()``
-destroys what is left, keeps what it could not destroy and may be retried. No sandbox id or key
-goes into ADK session state or a tool result.
+Kept for 0.1 users (``lizard_adk.LizardPlugin`` and ``lizard_adk.plugin.LizardPlugin``); new
+code should prefer ``LizardEnvironment`` or ``LizardCodeExecutor``. Changed from 0.1.1 only
+where it was limited (``tests/test_plugin.py``): files of any size and content
+(``lizard_read_file`` gives ``content`` for UTF-8 text, else ``content_base64``;
+``lizard_write_file`` takes ``encoding="base64"``); ``command_timeout_ms`` has no 120 s cap, and
+a command or cell that passes it returns its output so far with ``timed_out: true``; any
+template (still ``interpreter`` by default) and the other sandbox options. Unchanged: register
+``get_tools()`` on the agent and the plugin on the ``App``; each invocation gets its own sandbox,
+created by its first tool call and destroyed when it ends; Python state lasts for the
+invocation; ``close()`` destroys what is left, keeps what it could not and may be retried.
 """
 
 from __future__ import annotations
 
 import base64
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,18 +23,20 @@ from google.adk.agents.llm_agent import ToolUnion
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
+from typing_extensions import Unpack
 
 from lizard_core.commands import arun_command
-from lizard_core.config import Size
 from lizard_core.errors import CommandTimeoutError
 from lizard_core.files import SandboxFiles
 from lizard_core.kernel import Kernel
 from lizard_core.session import Session
 
 from ._environment import DEFAULT_WORKING_DIR
-from ._sandbox import make_session
+from ._sandbox import SandboxOptions, make_session
 
 __all__ = ["LizardPlugin"]
+
+_DEFAULTS: dict[str, Any] = {"template": "interpreter", "size": "small", "keep_alive": False}
 
 
 def _text(data: bytes) -> str:
@@ -58,39 +51,21 @@ class _Sandbox:
 
 
 class LizardPlugin(BasePlugin):
-    """Give an ADK invocation shell, code and file tools in its own sandbox (0.1 interface).
+    """Give each ADK invocation shell, code and file tools in its own sandbox (0.1 interface).
 
-    Register both ``plugin.get_tools()`` on the agent and ``plugins=[plugin]`` on the ADK
-    ``App``, and close the runner in a ``finally`` block.
+    Keyword arguments: ``command_timeout_ms`` (per command or cell; default 60 s) and the
+    :class:`~lizard_adk.SandboxOptions` but ``sandbox_id`` (size ``small`` by default).
     """
 
-    def __init__(
-        self,
-        *,
-        project_id: str | None = None,
-        api_key: str | None = None,
-        api_url: str | None = None,
-        size: Size | None = "small",
-        lifetime_ms: int = 900_000,
-        command_timeout_ms: int = 60_000,
-        template: str = "interpreter",
-    ) -> None:
+    def __init__(self, *, command_timeout_ms: int = 60_000, **options: Unpack[SandboxOptions]):
         if isinstance(command_timeout_ms, bool) or not isinstance(command_timeout_ms, int):
             raise TypeError("command_timeout_ms must be an int")
         if command_timeout_ms <= 0:
             raise ValueError("command_timeout_ms must be positive")
-        self._new_session = functools.partial(
-            make_session,
-            api_key=api_key,
-            api_url=api_url,
-            project_id=project_id,
-            template=template,
-            size=size,
-            lifetime_ms=lifetime_ms,
-            envs=None,
-            keep_alive=False,
-        )
-        self._new_session()  # validates every option now, with no I/O
+        if "sandbox_id" in options:
+            raise ValueError("LizardPlugin creates a sandbox per invocation; it cannot attach")
+        self._options = options
+        make_session(options, **_DEFAULTS)  # validates every option now, with no I/O
         super().__init__(name="lizard_sandboxes")
         self._timeout = command_timeout_ms / 1000
         self._sandboxes: dict[str, _Sandbox] = {}
@@ -105,18 +80,18 @@ class LizardPlugin(BasePlugin):
             FunctionTool(self.lizard_write_file),
         ]
 
-    def _sandbox(self, invocation_id: str) -> _Sandbox:
+    def _sandbox(self, context: ToolContext) -> _Sandbox:
         if self._closed:
             raise RuntimeError("The Lizard plugin is closed.")
-        if invocation_id not in self._sandboxes:
-            # No request yet: the first operation creates the sandbox, recorded on the session.
-            session = self._new_session()
-            self._sandboxes[invocation_id] = _Sandbox(
-                session, Kernel(session, cwd=DEFAULT_WORKING_DIR), SandboxFiles(session)
+        if context.invocation_id not in self._sandboxes:
+            session = make_session(self._options, **_DEFAULTS)  # no request until first use
+            kernel = Kernel(session, cwd=DEFAULT_WORKING_DIR)
+            self._sandboxes[context.invocation_id] = _Sandbox(
+                session, kernel, SandboxFiles(session)
             )
-        return self._sandboxes[invocation_id]
+        return self._sandboxes[context.invocation_id]
 
-    async def lizard_execute_command(  # noqa: D417 - tool_context is ADK's, not the model's
+    async def lizard_execute_command(  # noqa: D417 - ADK fills tool_context, not the model
         self, command: str, tool_context: ToolContext, cwd: str = DEFAULT_WORKING_DIR
     ) -> dict[str, Any]:
         """Run a shell command in this invocation's sandbox.
@@ -125,45 +100,31 @@ class LizardPlugin(BasePlugin):
             command: Shell command to run in the sandbox.
             cwd: Absolute working directory inside the sandbox.
         """
-        box = self._sandbox(tool_context.invocation_id)
+        session = self._sandbox(tool_context).session
         try:
-            result = await arun_command(
-                box.session, command, shell=True, cwd=cwd, timeout=self._timeout
-            )
+            done = await arun_command(session, command, shell=True, cwd=cwd, timeout=self._timeout)
         except CommandTimeoutError as error:
-            return {
-                "stdout": _text(error.stdout),
-                "stderr": _text(error.stderr),
-                "exit_code": -1,
-                "timed_out": True,
-            }
+            out, err = _text(error.stdout), _text(error.stderr)
+            return {"stdout": out, "stderr": err, "exit_code": -1, "timed_out": True}
         return {
-            "stdout": _text(result.stdout),
-            "stderr": _text(result.stderr),
-            "exit_code": result.exit_code,
+            "stdout": _text(done.stdout),
+            "stderr": _text(done.stderr),
+            "exit_code": done.exit_code,
         }
 
-    async def lizard_execute_code(  # noqa: D417
-        self, code: str, tool_context: ToolContext
-    ) -> dict[str, Any]:
+    async def lizard_execute_code(self, code: str, tool_context: ToolContext) -> dict[str, Any]:  # noqa: D417
         """Run Python code; variables persist within this invocation.
 
         Args:
             code: Python source code to run in the sandbox's persistent Python kernel.
         """
-        box = self._sandbox(tool_context.invocation_id)
-        result = await box.kernel.aexecute(code, timeout=self._timeout)
+        result = await self._sandbox(tool_context).kernel.aexecute(code, timeout=self._timeout)
+        error = result.error
         answer: dict[str, Any] = {
             "stdout": result.stdout,
             "stderr": result.stderr,
-            "results": [
-                {"mime": mime, "data": data}
-                for shown in result.results
-                for mime, data in shown.data.items()
-            ],
-            "error": None
-            if result.error is None
-            else {"name": result.error.name, "message": result.error.message},
+            "results": [{"mime": m, "data": d} for r in result.results for m, d in r.data.items()],
+            "error": None if error is None else {"name": error.name, "message": error.message},
         }
         if result.timed_out:
             answer["timed_out"] = True
@@ -171,16 +132,13 @@ class LizardPlugin(BasePlugin):
             answer["notice"] = result.notice
         return answer
 
-    async def lizard_read_file(  # noqa: D417
-        self, path: str, tool_context: ToolContext
-    ) -> dict[str, Any]:
+    async def lizard_read_file(self, path: str, tool_context: ToolContext) -> dict[str, Any]:  # noqa: D417
         """Read a file: UTF-8 text comes as ``content``, other bytes as ``content_base64``.
 
         Args:
             path: Absolute file path inside the sandbox.
         """
-        box = self._sandbox(tool_context.invocation_id)
-        data = await box.files.aread_bytes(path)
+        data = await self._sandbox(tool_context).files.aread_bytes(path)
         try:
             return {"content": data.decode("utf-8")}
         except UnicodeDecodeError:
@@ -198,12 +156,10 @@ class LizardPlugin(BasePlugin):
         """
         if encoding not in ("utf-8", "base64"):
             raise ValueError("encoding must be 'utf-8' or 'base64'")
-        if encoding == "base64":
-            data = base64.b64decode(content, validate=True)
-        else:
-            data = content.encode("utf-8")
-        box = self._sandbox(tool_context.invocation_id)
-        await box.files.awrite_bytes(path, data)
+        data = (
+            base64.b64decode(content, validate=True) if encoding == "base64" else content.encode()
+        )
+        await self._sandbox(tool_context).files.awrite_bytes(path, data)
         return {"path": path, "written": True}
 
     async def after_run_callback(self, *, invocation_context: InvocationContext) -> None:
