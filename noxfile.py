@@ -152,8 +152,8 @@ def tests_sdk_0_1(session: nox.Session) -> None:
 def workspace(session: nox.Session) -> None:
     """Cross-package tests: lockstep versions, packaging, docs snippets, the adapter kit."""
     session.install(*_group("test"), "build", "hatchling>=1.27")
-    for package in PACKAGES:
-        session.install("-e", _path(package))
+    # One install for all: an adapter that sorts before lizard-core needs it from this checkout.
+    session.install(*(arg for package in PACKAGES for arg in ("-e", _path(package))))
     session.run("pytest", "tests", *session.posargs)
 
 
@@ -201,10 +201,13 @@ def demo(session: nox.Session) -> None:
     """Run every adapter's example: against lizard-local with scripted models, or the cloud when
     LIZARD_API_KEY is set."""
     examples = sorted(ROOT.glob("packages/*/examples/*.py"))
+    editable = []
     for package in PACKAGES:
         extras = PACKAGES[package].get("demo-extras", [])
         assert isinstance(extras, list)
-        session.install("-e", _path(package) + (f"[{','.join(extras)}]" if extras else ""))
+        editable += ["-e", _path(package) + (f"[{','.join(extras)}]" if extras else "")]
+    # One install for all: an adapter that sorts before lizard-core needs it from this checkout.
+    session.install(*editable)
     if not examples:
         session.log("No adapter examples yet: nothing to demo.")
         return
