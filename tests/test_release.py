@@ -202,13 +202,17 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "lizard-local",
         "smolagents-lizard",
         "smolagents",
+        "lizard-adk",
+        "google-adk",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
         "pydantic-ai-lizard",
         "smolagents-lizard",
+        "lizard-adk",
         "pydantic-ai-slim",
         "smolagents",
+        "google-adk",
     }
 
 
