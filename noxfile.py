@@ -221,10 +221,11 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against the 0.1.0 packages on lizard-local; writes docs/performance.md.
 
     This session's environment holds this repository's packages (and lizard-local, which serves
-    both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0 and
-    pydantic-ai-lizard 0.1.0 from PyPI with the lizard-sdk 0.1.x they pin, and the same
-    smolagents and pydantic-ai-slim versions. Arguments after `--` go to shared/bench/run.py:
-    `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`, `--output FILE`.
+    both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0,
+    pydantic-ai-lizard 0.1.0 and lizard-adk 0.1.1 from PyPI with the lizard-sdk 0.1.x they pin,
+    and the same smolagents, pydantic-ai-slim and google-adk versions. Arguments after `--` go
+    to shared/bench/run.py: `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`,
+    `--output FILE`.
     """
     uv = shutil.which("uv") or session.error("uv is required: python -m pip install uv")
     ours = [arg for package in PACKAGES for arg in ("-e", _path(package))]
@@ -251,6 +252,7 @@ def bench(session: nox.Session) -> None:
         reference_python,
         "smolagents-lizard==0.1.0",
         "pydantic-ai-lizard==0.1.0",
+        "lizard-adk==0.1.1",
         *frameworks.split(),
         external=True,
     )

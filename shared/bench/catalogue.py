@@ -6,8 +6,10 @@ environment has none of this repository's packages).
 Each operation is a user-visible call through an adapter's public API, run the same way against
 the 0.1.0 packages and against this repository's: workspace operations through
 ``pydantic_ai_lizard.LizardSandboxBackend``, executor operations through
-``smolagents_lizard.LizardExecutor``. Probes are raw HTTP requests (no adapter) that price a new
-connection against a reused one; they run in this repository's environment only.
+``smolagents_lizard.LizardExecutor``, ADK operations through the four tools of
+``lizard_adk.LizardPlugin`` (0.1.1 on the reference side, the only interface both versions
+have). Probes are raw HTTP requests (no adapter) that price a new connection against a reused
+one; they run in this repository's environment only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "probe"]
+Kind = Literal["workspace", "executor", "adk", "probe"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,10 @@ OPERATIONS: Final = (
         "executor",
         True,
     ),
+    Operation("adk_execute", "ADK tool: `lizard_execute_command('true')`", "adk"),
+    Operation("adk_code_block", "ADK tool: `lizard_execute_code('x = 1 + 1')`", "adk"),
+    Operation("adk_write_1k", "ADK tool: `lizard_write_file` of 1 KiB of text", "adk"),
+    Operation("adk_read_1k", "ADK tool: `lizard_read_file` of 1 KiB of text", "adk"),
 )
 
 PROBES: Final = (
