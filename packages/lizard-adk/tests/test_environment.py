@@ -9,6 +9,7 @@ directory) is a test of its own.
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -280,8 +281,9 @@ class TestUpstreamFileBehaviours:
     async def test_reading_a_missing_file_raises_file_not_found(
         self, env: LizardEnvironment
     ) -> None:
-        with pytest.raises(FileNotFoundError):
+        with pytest.raises(FileNotFoundError) as caught:
             await env.read_file(Path("does_not_exist.txt"))
+        assert caught.value.errno == errno.ENOENT  # as open() raises it in LocalEnvironment
 
 
 class TestUpstreamTimeouts:
