@@ -44,7 +44,11 @@ class ScriptedModel(BaseLlm):
     async def generate_content_async(
         self, llm_request: LlmRequest, stream: bool = False
     ) -> AsyncGenerator[LlmResponse, None]:
-        yield LlmResponse(content=types.Content(role="model", parts=[self._parts.pop(0)]))
+        part = self._parts.pop(0)
+        usage = types.GenerateContentResponseUsageMetadata(
+            prompt_token_count=0, candidates_token_count=0, total_token_count=0
+        )
+        yield LlmResponse(content=types.Content(role="model", parts=[part]), usage_metadata=usage)
 
 
 def call(name: str, **args: Any) -> types.Part:
