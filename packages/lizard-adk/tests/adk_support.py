@@ -1,4 +1,4 @@
-"""A scripted ADK model and a runner helper: agents run offline, with no model API."""
+"""A scripted ADK model and a function that runs an agent: offline, with no model API."""
 
 from __future__ import annotations
 
