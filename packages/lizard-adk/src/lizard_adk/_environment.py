@@ -27,10 +27,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path, PurePosixPath
-from typing import Final
+from typing import Final, Unpack
 
 from google.adk.environment import BaseEnvironment, ExecutionResult
-from typing_extensions import Unpack, override
 
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, arun_command
 from lizard_core.errors import CommandTimeoutError
@@ -84,7 +83,6 @@ class LizardEnvironment(BaseEnvironment):
         return None if self._session is None else self._session.sandbox_id
 
     @property
-    @override
     def working_dir(self) -> Path:
         """The working directory in the sandbox (a POSIX path)."""
         return Path(self._working_dir)
@@ -94,7 +92,6 @@ class LizardEnvironment(BaseEnvironment):
             f"LizardEnvironment(sandbox_id={self.sandbox_id!r}, working_dir={self._working_dir!r})"
         )
 
-    @override
     async def initialize(self) -> None:
         """Create (or attach to) the sandbox; idempotent."""
         if self._session is None:
@@ -104,7 +101,6 @@ class LizardEnvironment(BaseEnvironment):
         await self._session.asandbox()
         self._is_initialized = True
 
-    @override
     async def close(self) -> None:
         """Destroy the sandbox, unless it was attached to; idempotent."""
         session, self._session, self._files = self._session, None, None
@@ -127,8 +123,12 @@ class LizardEnvironment(BaseEnvironment):
         pure = PurePosixPath(os.fspath(path))
         return str(pure if pure.is_absolute() else PurePosixPath(self._working_dir) / pure)
 
-    @override
-    async def execute(self, command: str, *, timeout: float | None = None) -> ExecutionResult:
+    async def execute(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - ADK's signature; enforced in the guest
+    ) -> ExecutionResult:
         """Run ``command`` with ``/bin/sh -c`` in ``working_dir``; see the module docstring."""
         session, _ = self._ready()
         try:
@@ -150,13 +150,11 @@ class LizardEnvironment(BaseEnvironment):
             )
         return ExecutionResult(result.exit_code, _text(result.stdout), _text(result.stderr))
 
-    @override
     async def read_file(self, path: str | os.PathLike[str]) -> bytes:
         """The file's exact bytes; ``FileNotFoundError`` if it is missing."""
         _, files = self._ready()
         return await files.aread_bytes(self._resolve(path))
 
-    @override
     async def write_file(self, path: str | os.PathLike[str], content: str | bytes) -> None:
         """Write ``content`` (text as UTF-8), creating parent directories."""
         if isinstance(content, str):

@@ -41,7 +41,6 @@ from google.adk.code_executors.code_execution_utils import (
     File,
 )
 from pydantic import PrivateAttr
-from typing_extensions import override
 
 from lizard_core.commands import UNTIMED_EXEC_S
 from lizard_core.exchange import FileExchange, Taken
@@ -132,7 +131,6 @@ class LizardCodeExecutor(BaseCodeExecutor):
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    @override
     def execute_code(
         self, invocation_context: InvocationContext, code_execution_input: CodeExecutionInput
     ) -> CodeExecutionResult:

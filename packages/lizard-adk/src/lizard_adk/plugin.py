@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.llm_agent import ToolUnion
 from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
-from typing_extensions import Unpack
 
 from lizard_core.commands import arun_command
 from lizard_core.errors import CommandTimeoutError
