@@ -44,7 +44,7 @@ REQUIRES = {
         "pydantic-ai-harness>=0.57; extra == 'harness'",
     ],
     "smolagents-lizard": ["lizard-core=={version}", "smolagents>=1.26,<1.27"],
-    "lizard-adk": ["lizard-core=={version}", "google-adk>=2.12,<3", "pydantic>=2.12,<3"],
+    "lizard-adk": ["lizard-core=={version}", "google-adk>=2.12,<3"],
 }
 
 
