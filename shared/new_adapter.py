@@ -1,7 +1,7 @@
 """Create a framework adapter package from the template in ``shared/adapter-template``.
 
-Usage: ``python shared/new_adapter.py <framework> [--title NAME]``, or
-``nox -s new_adapter -- <framework>``.
+Usage: ``python shared/new_adapter.py <framework> [--title NAME] [--dist NAME [--module NAME]]``,
+or ``nox -s new_adapter -- <framework>``.
 
 For ``my-framework`` it creates ``packages/my-framework-lizard`` (import ``my_framework_lizard``):
 a working ``LizardTool`` on lizard_core, its pyproject on the lockstep build hook (with the
@@ -16,6 +16,12 @@ packages from ``packages/*/pyproject.toml`` (``shared/release/packages.py``).
 The framework name must be lowercase letters and digits in hyphen-separated words, start with a
 letter, be at most 25 characters and not mention Lizard. An existing package or docs page is
 never overwritten. Standard library only; exit status 0 on success, 2 on bad input.
+
+A package whose name on PyPI does not follow the ``<framework>-lizard`` pattern (``lizard-adk``,
+published before this repository existed) is generated with ``--dist lizard-adk``; its import
+name is the distribution's with ``_`` for ``-`` (``lizard_adk``) unless ``--module`` names
+another. Both must be lowercase, name Lizard as a word (``lizard`` between separators), and fit
+the same length limit as the default names.
 """
 
 from __future__ import annotations
@@ -40,9 +46,12 @@ MAX_NAME: Final = 25
 """Longest framework name: the template's lines stay within ruff's 100 columns."""
 MAX_TITLE: Final = 30
 """Longest display name, for the same reason."""
+MAX_DIST: Final = MAX_NAME + len("-lizard")
+"""Longest distribution name given with ``--dist``: no longer than a default one."""
 
 _NAME: Final = re.compile(r"[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _TITLE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9 .+-]*")
+_MODULE: Final = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)*")
 _PLACEHOLDER: Final = re.compile(r"__(?:FRAMEWORK|DIST|MODULE|TITLE)__")
 _FIRST_PARTY_IMPORT: Final = re.compile(r"from ([A-Za-z_][\w.]*) import [^()\\]+")
 # Symlinks every package has (see shared/build/lockstep.py), relative to the package folder.
@@ -61,16 +70,20 @@ class Names:
     """As given, e.g. ``my-framework``."""
     title: str
     """The framework's name in prose, e.g. ``My Framework``."""
+    dist_name: str | None = None
+    """The distribution's name when it is not ``<framework>-lizard`` (``--dist``)."""
+    module_name: str | None = None
+    """The import name when it is not the distribution's with ``_`` for ``-`` (``--module``)."""
 
     @property
     def dist(self) -> str:
         """The distribution and folder name, e.g. ``my-framework-lizard``."""
-        return f"{self.framework}-lizard"
+        return self.dist_name or f"{self.framework}-lizard"
 
     @property
     def module(self) -> str:
         """The import name, e.g. ``my_framework_lizard``."""
-        return f"{self.framework.replace('-', '_')}_lizard"
+        return self.module_name or self.dist.replace("-", "_")
 
     def replacements(self) -> dict[str, str]:
         """Placeholder -> value."""
@@ -82,8 +95,37 @@ class Names:
         }
 
 
-def check_names(framework: str, title: str | None = None) -> Names:
-    """Validate the framework name (and display title); raise :class:`AdapterError` if bad."""
+def _check_override(kind: str, value: str, pattern: re.Pattern[str], separator: str) -> None:
+    """Refuse a ``--dist`` / ``--module`` value that is malformed, too long or not Lizard's."""
+    if not pattern.fullmatch(value):
+        raise AdapterError(
+            f"{kind} {value!r} must be lowercase letters and digits in words joined by "
+            f"{separator!r}, starting with a letter"
+        )
+    if len(value) > MAX_DIST:
+        raise AdapterError(f"{kind} {value!r} is longer than {MAX_DIST} characters")
+    if "lizard" not in value.split(separator):
+        raise AdapterError(f"{kind} {value!r} must name Lizard as a word, e.g. 'lizard-adk'")
+
+
+def check_names(
+    framework: str,
+    title: str | None = None,
+    *,
+    dist: str | None = None,
+    module: str | None = None,
+) -> Names:
+    """Validate the framework name (and display title, distribution and import names).
+
+    Raise :class:`AdapterError` if one is bad. ``dist`` and ``module`` replace the default
+    ``<framework>-lizard`` / ``<framework>_lizard``; ``module`` needs ``dist``.
+    """
+    if module is not None and dist is None:
+        raise AdapterError("--module needs --dist: the default names go together")
+    if dist is not None:
+        _check_override("--dist", dist, _NAME, "-")
+    if module is not None:
+        _check_override("--module", module, _MODULE, "_")
     if not framework:
         raise AdapterError("give the framework's name, e.g. `nox -s new_adapter -- crewai`")
     hint = framework.strip().lower().replace("_", "-").replace(" ", "-")
@@ -100,7 +142,7 @@ def check_names(framework: str, title: str | None = None) -> Names:
         raise AdapterError(
             f"{framework!r}: name the framework only; the generator adds '-lizard' itself"
         )
-    names = Names(framework, title if title is not None else framework)
+    names = Names(framework, title if title is not None else framework, dist, module)
     if not names.module.isidentifier() or keyword.iskeyword(names.module):
         raise AdapterError(f"{framework!r} does not give a usable import name ({names.module})")
     if not _TITLE.fullmatch(names.title) or len(names.title) > MAX_TITLE:
@@ -177,8 +219,11 @@ def generate(root: Path, names: Names, template: Path = TEMPLATE) -> list[Path]:
     target = root / "packages" / names.dist
     if target.exists() or target.is_symlink():
         raise AdapterError(f"packages/{names.dist} exists already; pick another name")
-    if names.dist in existing_packages(root):
+    existing = existing_packages(root)
+    if names.dist in existing:
         raise AdapterError(f"a package named {names.dist!r} exists already")
+    if any((folder / "src" / names.module).exists() for folder in existing.values()):
+        raise AdapterError(f"an existing package imports as {names.module!r} already")
     if not (template / "package" / "pyproject.toml").is_file():
         raise AdapterError(f"the adapter template is missing: {template}")
     package: dict[Path, str] = {}  # path in the package -> content
@@ -224,15 +269,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Command-line entry point."""
     parser = argparse.ArgumentParser(
         prog="nox -s new_adapter --",
-        description="Create packages/<framework>-lizard from shared/adapter-template.",
+        description="Create packages/<framework>-lizard (or --dist) from shared/adapter-template.",
     )
     parser.add_argument("framework", nargs="?", default="", help="e.g. crewai or llama-index")
     parser.add_argument("--title", help="the framework's name in prose, e.g. CrewAI")
+    parser.add_argument(
+        "--dist", help="the distribution's name, when not <framework>-lizard, e.g. lizard-adk"
+    )
+    parser.add_argument(
+        "--module", help="the import name, when not the distribution's with _ for -"
+    )
     parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     root: Path = args.root.resolve()
     try:
-        names = check_names(args.framework, args.title)
+        names = check_names(args.framework, args.title, dist=args.dist, module=args.module)
         written = generate(root, names)
     except AdapterError as error:
         print(f"error: {error}", file=sys.stderr)

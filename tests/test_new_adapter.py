@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -87,6 +88,43 @@ def test_bad_names_are_refused_with_a_reason(framework: str, message: str) -> No
 def test_bad_titles_are_refused(title: str) -> None:
     with pytest.raises(gen.AdapterError, match="title"):
         gen.check_names("crewai", title)
+
+
+@pytest.mark.parametrize(
+    ("dist", "module", "expected"),
+    [
+        ("lizard-adk", None, ("lizard-adk", "lizard_adk")),
+        ("lizard-adk", "lizard_google_adk", ("lizard-adk", "lizard_google_adk")),
+        ("google-adk-lizard", None, ("google-adk-lizard", "google_adk_lizard")),
+    ],
+)
+def test_dist_and_module_replace_the_default_names(
+    dist: str, module: str | None, expected: tuple[str, str]
+) -> None:
+    names = gen.check_names("adk", "ADK", dist=dist, module=module)
+    assert (names.dist, names.module, names.framework, names.title) == (*expected, "adk", "ADK")
+
+
+@pytest.mark.parametrize(
+    ("dist", "module", "message"),
+    [
+        ("Lizard-ADK", None, "--dist 'Lizard-ADK' must be lowercase"),
+        ("lizard_adk", None, "--dist 'lizard_adk' must be lowercase"),
+        ("lizard--adk", None, "must be lowercase"),
+        ("adk-tools", None, "must name Lizard as a word"),
+        ("lizardly-adk", None, "must name Lizard as a word"),
+        ("lizard-" + "a" * 26, None, "longer than 32"),
+        ("lizard-adk", "lizard-adk", "--module 'lizard-adk' must be lowercase"),
+        ("lizard-adk", "adk_tools", "--module 'adk_tools' must name Lizard"),
+        ("lizard-adk", "lizard_adk.sub", "must be lowercase"),
+        (None, "lizard_adk", "--module needs --dist"),
+    ],
+)
+def test_bad_dist_or_module_names_are_refused_with_a_reason(
+    dist: str | None, module: str | None, message: str
+) -> None:
+    with pytest.raises(gen.AdapterError, match=re.escape(message)):
+        gen.check_names("adk", dist=dist, module=module)
 
 
 def test_the_command_line_refuses_a_bad_name_with_exit_status_2(
@@ -166,6 +204,37 @@ def test_an_existing_package_or_docs_page_is_never_overwritten(scratch_root: Pat
         gen.generate(scratch_root, gen.check_names("omega"))
     assert not (scratch_root / "packages" / "omega-lizard").exists()
     assert not [p for p in (scratch_root / "packages").iterdir() if p.name.startswith(".")]
+
+
+def test_generation_with_dist_writes_the_package_under_that_name(scratch_root: Path) -> None:
+    written = gen.main(
+        ["adk", "--title", "ADK", "--dist", "lizard-adk", "--root", str(scratch_root)]
+    )
+    assert written == 0
+    package = scratch_root / "packages" / "lizard-adk"
+    assert (package / "src" / "lizard_adk" / "py.typed").is_file()
+    assert 'name = "lizard-adk"' in (package / "pyproject.toml").read_text()
+    assert "from lizard_adk import LizardTool" in (package / "README.md").read_text()
+    assert 'metadata.version("lizard-adk")' in (package / "src/lizard_adk/_tool.py").read_text()
+    assert (scratch_root / "docs" / "lizard-adk.md").is_file()
+    assert not (scratch_root / "packages" / "adk-lizard").exists()
+
+
+def test_a_module_name_an_existing_package_imports_as_is_refused(scratch_root: Path) -> None:
+    (scratch_root / "packages" / "lizard-core" / "src" / "lizard_core").mkdir(parents=True)
+    names = gen.check_names("core2", dist="lizard-core2", module="lizard_core")
+    with pytest.raises(gen.AdapterError, match="imports as 'lizard_core' already"):
+        gen.generate(scratch_root, names)
+    assert not (scratch_root / "packages" / "lizard-core2").exists()
+
+
+def test_the_longest_dist_keeps_python_lines_within_ruffs_limit(scratch_root: Path) -> None:
+    dist = "lizard-" + "d" * (gen.MAX_DIST - len("lizard-"))
+    names = gen.check_names("a" * gen.MAX_NAME, "T" * gen.MAX_TITLE, dist=dist)
+    gen.generate(scratch_root, names)
+    for path in (scratch_root / "packages" / dist).rglob("*.py"):
+        if not path.is_symlink():
+            assert all(len(line) <= 100 for line in path.read_text().splitlines()), path
 
 
 def test_the_longest_names_keep_python_lines_within_ruffs_limit(scratch_root: Path) -> None:

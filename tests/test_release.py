@@ -45,6 +45,7 @@ REQUIRES = {
     ],
     "smolagents-lizard": ["lizard-core=={version}", "smolagents>=1.26,<1.27"],
     "inspect-lizard": ["lizard-core=={version}", "inspect-ai>=0.3.280,<0.4"],
+    "lizard-adk": ["lizard-core=={version}", "google-adk>=2.12,<3"],
 }
 
 
@@ -204,15 +205,19 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "smolagents",
         "inspect-lizard",
         "inspect-ai",
+        "lizard-adk",
+        "google-adk",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
         "pydantic-ai-lizard",
         "smolagents-lizard",
+        "lizard-adk",
         "pydantic-ai-slim",
         "smolagents",
         "inspect-lizard",
         "inspect-ai",
+        "google-adk",
     }
 
 

@@ -7,9 +7,10 @@ Each operation is a user-visible call through an adapter's public API, run the s
 the 0.1.0 packages and against this repository's: workspace operations through
 ``pydantic_ai_lizard.LizardSandboxBackend``, executor operations through
 ``smolagents_lizard.LizardExecutor``, Inspect operations through the
-``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample. Probes are raw
-HTTP requests (no adapter) that price a new connection against a reused one; they run in this
-repository's environment only.
+``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample, ADK operations
+through the four tools of ``lizard_adk.LizardPlugin`` (0.1.1 on the reference side, the only
+interface both versions have). Probes are raw HTTP requests (no adapter) that price a new
+connection against a reused one; they run in this repository's environment only.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "inspect", "probe"]
+Kind = Literal["workspace", "executor", "inspect", "adk", "probe"]
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,10 @@ OPERATIONS: Final = (
     Operation("inspect_exec", "Inspect `exec(['true'])`", "inspect"),
     Operation("inspect_write_1k", "Inspect `write_file` 1 KiB", "inspect"),
     Operation("inspect_read_1k", "Inspect `read_file` 1 KiB", "inspect"),
+    Operation("adk_execute", "ADK tool: `lizard_execute_command('true')`", "adk"),
+    Operation("adk_code_block", "ADK tool: `lizard_execute_code('x = 1 + 1')`", "adk"),
+    Operation("adk_write_1k", "ADK tool: `lizard_write_file` of 1 KiB of text", "adk"),
+    Operation("adk_read_1k", "ADK tool: `lizard_read_file` of 1 KiB of text", "adk"),
 )
 
 PROBES: Final = (

@@ -37,10 +37,12 @@ __all__ = ["PACKAGES", "main", "versions"]
 PACKAGES = (
     "pydantic-ai-lizard",
     "smolagents-lizard",
+    "lizard-adk",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
     "smolagents",
+    "google-adk",
     "httpx",
 )
 

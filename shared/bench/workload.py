@@ -24,6 +24,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Final
 
 __all__ = ["Prepared", "Workload", "WorkloadError", "pool_sdk_connections", "timed"]
@@ -54,6 +55,7 @@ AGENT_SCRIPT: Final = (
     "Thought: done.\n<code>\nfinal_answer({'total': total, 'average': round(average, 2)})\n</code>",
 )
 AGENT_ANSWER: Final = {"total": 9.75, "average": 3.25}
+TEXT_1K: Final = (LINE * 16)[:1024]
 
 
 class WorkloadError(Exception):
@@ -86,6 +88,9 @@ class Workload:
         self._inspect: Any = None  # the environments sample_init gave
         self._probe_client: Any = None
         self._probe_ssl: ssl.SSLContext | None = None
+        self._plugin: Any = None
+        # What ADK's ToolContext gives a tool: the invocation's id (one warm invocation here).
+        self._adk_context = SimpleNamespace(invocation_id="bench")
 
     # ── plumbing ─────────────────────────────────────────────────────────
 
@@ -151,6 +156,15 @@ class Workload:
             self._inspect = self.loop.run_until_complete(init)
             _python_on_path(self._inspect["default"])
         return self._inspect["default"]
+    def _adk_plugin(self) -> Any:
+        """The warm ``LizardPlugin``, its invocation's sandbox made by one untimed command."""
+        if self._plugin is None:
+            from lizard_adk import LizardPlugin
+
+            self._plugin = LizardPlugin(lifetime_ms=LIFETIME_MS)
+            tool = self._plugin.lizard_write_file
+            self.loop.run_until_complete(tool("/tmp/bench-adk.txt", TEXT_1K, self._adk_context))
+        return self._plugin
 
     def close(self) -> None:
         """Destroy the warm sandboxes."""
@@ -164,6 +178,12 @@ class Workload:
             except Exception as exc:  # keep closing the rest
                 errors.append(f"inspect cleanup: {exc!r}")
             self._inspect = None
+        if self._plugin is not None:
+            try:
+                self.loop.run_until_complete(self._plugin.close())
+            except Exception as exc:  # keep closing the rest
+                errors.append(f"plugin close: {exc!r}")
+            self._plugin = None
         if self._executor is not None:
             try:
                 self._executor.cleanup()
@@ -392,6 +412,36 @@ class Workload:
             act=self._sync(lambda: environment.read_file("bench-small.bin", text=False)),
             check=check,
         )
+    # ── ADK: the four tools of LizardPlugin, called as ADK calls them ──
+
+    def _adk(self, tool: str, *args: str) -> Callable[[], object]:
+        call = getattr(self._adk_plugin(), tool)
+        return self._sync(lambda: call(*args, self._adk_context))
+
+    def _op_adk_execute(self) -> Prepared:
+        def check(result: Any) -> None:
+            _expect(result.get("exit_code") == 0, f"`true` failed: {result!r}")
+
+        return Prepared(act=self._adk("lizard_execute_command", "true"), check=check)
+
+    def _op_adk_code_block(self) -> Prepared:
+        def check(result: Any) -> None:
+            _expect(result.get("error") is None, f"the cell failed: {result!r:.300}")
+
+        return Prepared(act=self._adk("lizard_execute_code", "x = 1 + 1"), check=check)
+
+    def _op_adk_write_1k(self) -> Prepared:
+        def check(result: Any) -> None:
+            _expect(result.get("written") is True, f"the write failed: {result!r}")
+
+        act = self._adk("lizard_write_file", "/tmp/bench-adk-w.txt", TEXT_1K)
+        return Prepared(act=act, check=check)
+
+    def _op_adk_read_1k(self) -> Prepared:
+        def check(result: Any) -> None:
+            _expect(result.get("content") == TEXT_1K, f"wrong content: {result!r:.300}")
+
+        return Prepared(act=self._adk("lizard_read_file", "/tmp/bench-adk.txt"), check=check)
 
     # ── probes: what a reused connection would save (raw HTTP, no adapter) ──
 

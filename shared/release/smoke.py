@@ -29,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import json
 import os
+import shlex
 import sys
 import traceback
 import urllib.request
@@ -243,6 +244,33 @@ def use_inspect_lizard() -> str:
         f"inspect-lizard: {COMMAND} gave exit {result.returncode}, stdout {result.stdout!r}",
     )
     return "LizardSandboxEnvironment ran python3 (42) in a sample's sandbox and destroyed it"
+def use_lizard_adk() -> str:
+    """Run one command through LizardEnvironment and one block through LizardCodeExecutor."""
+    need_server()
+    environment_class, executor_class = public(
+        "lizard_adk", "LizardEnvironment", "LizardCodeExecutor"
+    )
+    from google.adk.code_executors.code_execution_utils import CodeExecutionInput
+
+    async def run() -> Any:
+        environment = environment_class(template="base")
+        await environment.initialize()
+        try:
+            return await environment.execute(shlex.join(COMMAND))
+        finally:
+            await environment.close()
+
+    result = asyncio.run(run())
+    executor = executor_class(stateful=True, template="base")
+    try:
+        block = executor.execute_code(None, CodeExecutionInput(code="6 * 7", execution_id="smoke"))
+    finally:
+        executor.close()
+    expect(
+        result.exit_code == 0 and result.stdout.strip() == "42" and block.stdout.strip() == "42",
+        f"lizard-adk: command gave {result!r}, code block gave {block!r}",
+    )
+    return "LizardEnvironment ran python3 (42) and LizardCodeExecutor a block (42); both cleaned up"
 
 
 USES: dict[str, Callable[[], str]] = {
@@ -251,6 +279,7 @@ USES: dict[str, Callable[[], str]] = {
     "smolagents-lizard": use_smolagents_lizard,
     "pydantic-ai-lizard": use_pydantic_ai_lizard,
     "inspect-lizard": use_inspect_lizard,
+    "lizard-adk": use_lizard_adk,
 }
 
 

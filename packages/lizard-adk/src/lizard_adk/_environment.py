@@ -1,0 +1,167 @@
+"""``LizardEnvironment``: an ADK ``BaseEnvironment`` in one Lizard sandbox, on ``lizard_core``.
+
+Contract (proven against lizard-local in ``tests/test_environment.py``, with the behaviours of
+ADK's own ``LocalEnvironment`` tests):
+
+- **Lifecycle.** Building it makes no request. ``initialize()`` creates the sandbox (or attaches
+  to ``sandbox_id``); ``close()`` destroys one it created, leaves an attached one running, and
+  ``initialize()`` afterwards starts over; both are idempotent. Use before ``initialize()`` or
+  after ``close()`` is a ``RuntimeError``. A sandbox that expired or was killed raises
+  ``SandboxGoneError`` and is never replaced (ADK's E2B environment would recreate it, files
+  lost); ``keep_alive`` extends the lifetime while the environment is used.
+- **Commands.** ``/bin/sh -c`` in ``working_dir`` (created if missing), one request each; a
+  non-zero exit is a result. ``timeout`` seconds (None: the platform's one-hour limit) stop the
+  command's process group and return its output so far with ``timed_out`` and exit code -1,
+  as ADK's E2B environment does. Output is UTF-8 with invalid bytes replaced; past
+  ``output_limit`` bytes a stream raises ``OutputLimitError``, never a cut result. Cancelling
+  the task stops the command.
+- **Files.** Byte-exact, any size. Relative paths start at ``working_dir``; absolute ones may
+  point anywhere in the sandbox, as in ADK's E2B and Daytona environments (the sandbox is the
+  boundary). ``write_file`` creates parents and encodes text as UTF-8; text that cannot be
+  encoded, or content that is not str or bytes, fails before any request. A missing file is
+  ``FileNotFoundError``, as in ADK's local environment.
+- **Errors.** Everything else is a ``lizard_core.errors`` kind: ADK has none for environments.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PurePosixPath
+from typing import Final, Unpack
+
+from google.adk.environment import BaseEnvironment, ExecutionResult
+
+from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, arun_command
+from lizard_core.errors import CommandTimeoutError
+from lizard_core.files import SandboxFiles
+from lizard_core.session import Session
+
+from ._sandbox import SandboxOptions, check_dir, make_session
+
+__all__ = ["DEFAULT_WORKING_DIR", "LizardEnvironment"]
+
+DEFAULT_WORKING_DIR: Final = "/home/user"
+"""The sandbox user's home: where commands start and relative paths point."""
+TIMED_OUT_EXIT_CODE: Final = -1
+
+
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+class LizardEnvironment(BaseEnvironment):
+    """A Lizard sandbox as an ADK environment: ``EnvironmentToolset(environment=...)``.
+
+    Takes the :class:`~lizard_adk.SandboxOptions` as keyword arguments (template ``base`` by
+    default), plus ``working_dir`` (absolute; where commands run and relative paths point) and
+    ``output_limit`` (bytes kept per output stream of a command before it is stopped).
+    """
+
+    def __init__(
+        self,
+        *,
+        working_dir: str = DEFAULT_WORKING_DIR,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        **options: Unpack[SandboxOptions],
+    ) -> None:
+        self._working_dir = check_dir("working_dir", working_dir)
+        if isinstance(output_limit, bool) or not isinstance(output_limit, int):
+            raise TypeError(f"output_limit must be an int, not {type(output_limit).__name__}")
+        if output_limit < 1:
+            raise ValueError(f"output_limit must be positive, not {output_limit}")
+        self._output_limit = output_limit
+        self._options = options
+        make_session(options, template="base")  # validates every option now, with no I/O
+        self._attached = options.get("sandbox_id") is not None
+        self._session: Session | None = None
+        self._files: SandboxFiles | None = None
+        self._is_initialized = False
+
+    @property
+    def sandbox_id(self) -> str | None:
+        """The sandbox's id once ``initialize()`` created or attached it, else None."""
+        return None if self._session is None else self._session.sandbox_id
+
+    @property
+    def working_dir(self) -> Path:
+        """The working directory in the sandbox (a POSIX path)."""
+        return Path(self._working_dir)
+
+    def __repr__(self) -> str:
+        return (
+            f"LizardEnvironment(sandbox_id={self.sandbox_id!r}, working_dir={self._working_dir!r})"
+        )
+
+    async def initialize(self) -> None:
+        """Create (or attach to) the sandbox; idempotent."""
+        if self._session is None:
+            # Kept before the first request: a cancelled create is still destroyed by close().
+            self._session = make_session(self._options, template="base")
+            self._files = SandboxFiles(self._session)
+        await self._session.asandbox()
+        self._is_initialized = True
+
+    async def close(self) -> None:
+        """Destroy the sandbox, unless it was attached to; idempotent."""
+        session, self._session, self._files = self._session, None, None
+        self._is_initialized = False
+        if session is None:
+            return
+        if self._attached:
+            await session.aclose()
+        else:
+            await session.adestroy()
+
+    def _ready(self) -> tuple[Session, SandboxFiles]:
+        if self._session is None or self._files is None or not self._is_initialized:
+            raise RuntimeError("The Lizard sandbox is not started. Call initialize() first.")
+        return self._session, self._files
+
+    def _resolve(self, path: str | os.PathLike[str]) -> str:
+        if not isinstance(path, str | os.PathLike):
+            raise TypeError(f"path must be a str or a path, not {type(path).__name__}")
+        pure = PurePosixPath(os.fspath(path))
+        return str(pure if pure.is_absolute() else PurePosixPath(self._working_dir) / pure)
+
+    async def execute(
+        self,
+        command: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - ADK's signature; enforced in the guest
+    ) -> ExecutionResult:
+        """Run ``command`` with ``/bin/sh -c`` in ``working_dir``; see the module docstring."""
+        session, _ = self._ready()
+        try:
+            result = await arun_command(
+                session,
+                command,
+                shell=True,
+                cwd=self._working_dir,
+                create_cwd=True,
+                timeout=timeout,
+                output_limit=self._output_limit,
+            )
+        except CommandTimeoutError as error:
+            return ExecutionResult(
+                exit_code=TIMED_OUT_EXIT_CODE,
+                stdout=_text(error.stdout),
+                stderr=_text(error.stderr),
+                timed_out=True,
+            )
+        return ExecutionResult(result.exit_code, _text(result.stdout), _text(result.stderr))
+
+    async def read_file(self, path: str | os.PathLike[str]) -> bytes:
+        """The file's exact bytes; ``FileNotFoundError`` if it is missing."""
+        _, files = self._ready()
+        return await files.aread_bytes(self._resolve(path))
+
+    async def write_file(self, path: str | os.PathLike[str], content: str | bytes) -> None:
+        """Write ``content`` (text as UTF-8), creating parent directories."""
+        if isinstance(content, str):
+            data = content.encode("utf-8")  # an unencodable text fails here, before any request
+        elif isinstance(content, bytes | bytearray | memoryview):
+            data = bytes(content)
+        else:
+            raise TypeError(f"content must be str or bytes, not {type(content).__name__}")
+        _, files = self._ready()
+        await files.awrite_bytes(self._resolve(path), data)

@@ -1,0 +1,68 @@
+"""The sandbox options every ``lizard_adk`` class takes, turned into a ``lizard_core`` session."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from importlib import metadata
+from typing import Any, Final, TypedDict
+
+from lizard_core.config import SandboxConfig, Size
+from lizard_core.session import Session
+
+__all__ = ["INTEGRATION", "SandboxOptions", "check_dir", "make_session"]
+
+INTEGRATION: Final = "adk"
+"""The integration's name in the metadata of every sandbox it creates (0.1.1's tag too)."""
+
+
+class SandboxOptions(TypedDict, total=False):
+    """Keyword arguments of every ``lizard_adk`` class; each is checked when it is built."""
+
+    api_key: str | None
+    """Lizard API key; ``LIZARD_API_KEY`` when None. It stays on the host."""
+    api_url: str | None
+    """Lizard API URL; ``LIZARD_API_URL``, else the cloud. HTTPS except on loopback."""
+    project_id: str | None
+    """Lizard project id, slug or name; ``LIZARD_PROJECT_ID`` when None."""
+    template: str
+    """The sandbox's template: ``base``, or ``interpreter`` (with the data stack)."""
+    size: Size | None
+    """Machine size, or None for the platform's default."""
+    lifetime_ms: int
+    """The sandbox's lifetime (default 15 minutes), extended while in use with ``keep_alive``."""
+    env_vars: Mapping[str, str] | None
+    """Environment variables for the sandbox; nothing is copied from the host."""
+    sandbox_id: str | None
+    """Attach to this running sandbox instead of creating one; it is left running at close."""
+    keep_alive: bool
+    """Extend the lifetime while in use (default True; one request per half lifetime at most)."""
+
+
+def _version() -> str:
+    try:
+        return metadata.version("lizard-adk")
+    except metadata.PackageNotFoundError:  # a source tree that is not installed
+        return "0+unknown"
+
+
+def check_dir(name: str, value: object) -> str:
+    """An absolute POSIX directory for the sandbox, or TypeError/ValueError."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str, not {type(value).__name__}")
+    if not value.startswith("/") or "\0" in value:
+        raise ValueError(f"{name} must be an absolute path without NUL, not {value!r}")
+    return value
+
+
+def make_session(options: Mapping[str, Any], **defaults: Any) -> Session:
+    """Validate ``options`` over ``defaults`` (no I/O); the session creates or attaches lazily."""
+    unknown = sorted(set(options) - set(SandboxOptions.__annotations__))
+    if unknown:
+        raise TypeError(f"unexpected keyword arguments: {', '.join(unknown)}")
+    merged = {"lifetime_ms": 900_000, **defaults, **options}
+    sandbox_id, keep_alive = merged.pop("sandbox_id", None), merged.pop("keep_alive", True)
+    merged["envs"] = merged.pop("env_vars", None)
+    config = SandboxConfig.from_env(
+        **merged, integration=INTEGRATION, integration_version=_version()
+    )
+    return Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
