@@ -156,6 +156,7 @@ class Workload:
             self._inspect = self.loop.run_until_complete(init)
             _python_on_path(self._inspect["default"])
         return self._inspect["default"]
+
     def _adk_plugin(self) -> Any:
         """The warm ``LizardPlugin``, its invocation's sandbox made by one untimed command."""
         if self._plugin is None:
@@ -412,6 +413,7 @@ class Workload:
             act=self._sync(lambda: environment.read_file("bench-small.bin", text=False)),
             check=check,
         )
+
     # ── ADK: the four tools of LizardPlugin, called as ADK calls them ──
 
     def _adk(self, tool: str, *args: str) -> Callable[[], object]:

@@ -244,6 +244,8 @@ def use_inspect_lizard() -> str:
         f"inspect-lizard: {COMMAND} gave exit {result.returncode}, stdout {result.stdout!r}",
     )
     return "LizardSandboxEnvironment ran python3 (42) in a sample's sandbox and destroyed it"
+
+
 def use_lizard_adk() -> str:
     """Run one command through LizardEnvironment and one block through LizardCodeExecutor."""
     need_server()
