@@ -22,6 +22,7 @@ usable in the sandbox while ``/root`` is empty and the checkout absent.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import site
@@ -156,7 +157,7 @@ def copy_etc(src: Path, dst: Path) -> None:
                 resolved = os.path.realpath(entry.path)
                 if resolved.startswith(_REACHABLE) or not os.path.isfile(resolved):
                     os.symlink(link, target)
-                    os.lchown(target, info.st_uid, info.st_gid)
+                    _chown(target, info, follow=False)
                     continue
                 info = os.stat(resolved)
                 shutil.copyfile(resolved, target)
@@ -167,12 +168,18 @@ def copy_etc(src: Path, dst: Path) -> None:
                 shutil.copyfile(entry.path, target)
             else:
                 continue  # sockets, FIFOs, devices
-            os.chown(target, info.st_uid, info.st_gid)
+            _chown(target, info)
             os.chmod(target, info.st_mode & 0o7777)
         except OSError:
             continue
-    os.chown(dst, st.st_uid, st.st_gid)
+    _chown(dst, st)
     os.chmod(dst, st.st_mode & 0o7777)
+
+
+def _chown(path: Path, like: os.stat_result, follow: bool = True) -> None:
+    """Give ``path`` the owner of ``like``; as another user than root, keep one's own."""
+    with contextlib.suppress(PermissionError):
+        os.chown(path, like.st_uid, like.st_gid, follow_symlinks=follow)
 
 
 #: Account database file -> (the line for ``user``, the field holding the id, or None).
