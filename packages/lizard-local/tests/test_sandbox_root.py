@@ -16,7 +16,7 @@ import pytest
 from lizard import Sandbox
 from lizard.errors import LizardError
 
-from lizard_local import LocalServer
+from lizard_local import LocalServer, agent
 from lizard_local.elf_runpath import relocate_runpath, runpath
 from lizard_local.sandbox_root import (
     MOUNT_ROOT,
@@ -249,3 +249,22 @@ def test_root_plan_inside_maps_the_longest_bind():
     assert plan.inside("/root/py/bin/python3") == "/opt/lizard-local/python/bin/python3"
     assert plan.inside("/root/py/lib/x/y") == "/opt/x/y"
     assert plan.inside("/usr/lib") == "/usr/lib"
+
+
+def test_the_agent_copies_etc_itself_where_overlayfs_is_missing(tmp_path: Path):
+    src = tmp_path / "master"
+    (src / "sub").mkdir(parents=True)
+    (src / "passwd").write_text("root:x:0:0::/root:/bin/sh\n")
+    os.chmod(src / "passwd", 0o644)
+    (src / "sub" / "key").write_text("k")
+    os.chmod(src / "sub" / "key", 0o600)
+    os.chmod(src / "sub", 0o750)
+    (src / "localtime").symlink_to("/usr/share/zoneinfo/UTC")
+    agent.copy_tree(str(src), str(tmp_path / "etc"))
+    etc = tmp_path / "etc"
+    assert (etc / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
+    assert (etc / "sub" / "key").stat().st_mode & 0o777 == 0o600
+    assert (etc / "sub").stat().st_mode & 0o777 == 0o750
+    assert os.readlink(etc / "localtime") == "/usr/share/zoneinfo/UTC"
+    (etc / "passwd").write_text("changed")  # a copy: the master stays as it was
+    assert (src / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
