@@ -18,6 +18,7 @@ from lizard.errors import LizardError
 
 from lizard_local import LocalServer, agent
 from lizard_local.elf_runpath import relocate_runpath, runpath
+from lizard_local.isolation import PRIVATE_DIRS, Isolation
 from lizard_local.sandbox_root import (
     MOUNT_ROOT,
     SYSTEM_DIRS,
@@ -26,6 +27,7 @@ from lizard_local.sandbox_root import (
     plan_root,
     server_site_dirs,
 )
+from lizard_local.sandboxes import Registry
 
 CHECKOUT = Path(__file__).resolve().parents[3]
 #: Top-level entries of every namespace sandbox besides the host's system directories.
@@ -268,3 +270,11 @@ def test_the_agent_copies_etc_itself_where_overlayfs_is_missing(tmp_path: Path):
     assert os.readlink(etc / "localtime") == "/usr/share/zoneinfo/UTC"
     (etc / "passwd").write_text("changed")  # a copy: the master stays as it was
     assert (src / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
+
+
+def test_a_namespace_sandbox_directory_on_the_host_is_for_root_only(tmp_path: Path):
+    registry = Registry(Isolation("namespace", tmp_path, {}, None), "test", "proj_local")
+    dirs = registry._make_dirs(tmp_path / "sbx_1")
+    assert (tmp_path / "sbx_1").stat().st_mode & 0o777 == 0o700
+    assert dirs == {d: f"{tmp_path}/sbx_1/rootfs{d}" for d in PRIVATE_DIRS}
+    assert [Path(dirs[d]).stat().st_mode & 0o7777 for d in ("/tmp", "/root")] == [0o1777, 0o700]

@@ -401,8 +401,9 @@ def setup_namespace(cfg: dict[str, Any]) -> None:
         parent = os.path.dirname(dst)
         if not os.path.isdir(parent):
             os.makedirs(parent, mode=0o755)
-        if make_mountpoint(src, dst):
-            bind(src, dst, readonly=True)
+        if not make_mountpoint(src, dst):
+            raise OSError(f"cannot make a mount point at {inner}")
+        bind(src, dst, readonly=True)
     setup_dev(new_root + "/dev")
     # Host paths the sandbox must not see (the other sandboxes' directories), should they lie
     # inside a bound directory.

@@ -275,6 +275,10 @@ class Registry:
         rootfs = base / "rootfs"
         rootfs.mkdir(parents=True)
         os.chmod(rootfs, 0o755)
+        if self.isolation.namespace:
+            # Only root on the host may reach into it: what a sandbox's root leaves in its own
+            # directories (a setuid program, say) must not be usable by the host's other users.
+            os.chmod(base, 0o700)
         for inner in PRIVATE_DIRS:
             host = rootfs / inner[1:] if self.isolation.namespace else base / names[inner]
             host.parent.mkdir(mode=0o755, exist_ok=True)
