@@ -109,12 +109,14 @@ def plan_root(state_dir: Path, site_dirs: list[str]) -> RootPlan:
         binds.append((os.path.dirname(exe), f"{MOUNT_ROOT}/python-bin"))
         python = f"{MOUNT_ROOT}/python-bin/{os.path.basename(exe)}"
     placed: dict[str, str] = {}
+    moved_sites = 0
     for host in site_dirs:
         if _in_system_dir(host) or host == prefix or host.startswith(prefix + "/"):
             placed[host] = _inside(binds, host)
         else:
-            placed[host] = f"{MOUNT_ROOT}/site/{len(placed)}"
+            placed[host] = f"{MOUNT_ROOT}/site/{moved_sites}"
             binds.append((host, placed[host]))
+            moved_sites += 1
     binds.append((str(state_dir / "templates"), f"{MOUNT_ROOT}/templates"))
     etc = state_dir / "etc"
     copy_etc(Path("/etc"), etc)
