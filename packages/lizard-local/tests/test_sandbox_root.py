@@ -134,6 +134,8 @@ def test_etc_is_the_sandbox_own(new_sandbox: Callable[..., Sandbox], lizard_loca
         0,
         "user\nuser:x:1000:1000::/home/user:/bin/sh",
     )
+    hostname = first.sandbox_id.replace("_", "-")
+    assert run(first, "cat /etc/hostname; hostname") == (0, f"{hostname}\n{hostname}")
     first.fs.write("/etc/lizard-probe.conf", "x")  # the files API writes there too
     assert run(second, "test -e /etc/lizard-probe.conf")[0] == 1
     assert not os.path.exists("/etc/lizard-probe.conf")

@@ -395,6 +395,9 @@ def setup_namespace(cfg: dict[str, Any]) -> None:
             bind(src, dst, readonly=True)  # a failure fails the sandbox
     make_skeleton(new_root)
     setup_etc(cfg["etc"], new_root + "/etc", cfg["scratch"])
+    if cfg.get("hostname"):
+        with open(new_root + "/etc/hostname", "w") as f:
+            f.write(cfg["hostname"] + "\n")
     # The interpreter and the templates, read-only, where the templates expect them.
     for src, inner in cfg["binds"]:
         dst = new_root + inner
