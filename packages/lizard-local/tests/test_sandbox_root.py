@@ -194,6 +194,8 @@ def test_relocate_runpath_moves_entries_under_the_prefix():
         relocate_runpath(data, "/root", "/opt/a-much-longer-prefix-than-the-original-one")
     with pytest.raises(ValueError, match="not an ELF"):
         relocate_runpath(b"#!/bin/sh\n" + bytes(80), "/root", "/opt")
+    with pytest.raises(ValueError, match="malformed"):
+        runpath(data[: len(data) - 100])  # the section headers cut off
 
 
 def test_runpath_of_the_running_interpreter_can_be_read():

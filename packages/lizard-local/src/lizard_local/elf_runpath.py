@@ -23,6 +23,13 @@ def _string_slots(data: bytes) -> list[tuple[int, int]]:
     """(file offset, length) of every ``RUNPATH``/``RPATH`` string; ValueError if not ELF."""
     if data[:4] != b"\x7fELF" or len(data) < 64:
         raise ValueError("not an ELF file")
+    try:
+        return _read_slots(data)
+    except (struct.error, ValueError, IndexError) as exc:
+        raise ValueError(f"malformed ELF file: {exc}") from exc
+
+
+def _read_slots(data: bytes) -> list[tuple[int, int]]:
     wide = data[4] == 2
     order = "<" if data[5] == 1 else ">"
     if wide:
