@@ -23,7 +23,8 @@ Templates are tiny virtual environments built at start-up (a ``pyvenv.cfg`` and 
 link, no copying): ``base`` is the host's base Python with no site-packages, so Jupyter is absent
 and ``CodeSandbox.run_code`` takes its process path; ``interpreter`` adds the site-packages of the
 Python running the server (ipykernel, jupyter_client, numpy, pandas, matplotlib, pillow when
-installed there), so ``run_code`` keeps state in a Jupyter kernel.
+installed there), so ``run_code`` keeps state in a Jupyter kernel. In namespace mode they name
+the interpreter and those folders where sandboxes see them (under ``/opt/lizard-local``).
 """
 
 from __future__ import annotations
