@@ -52,8 +52,8 @@ def sandbox(new_sandbox: Callable[..., Sandbox]) -> Sandbox:
 def host_canary() -> Iterator[str]:
     """A host directory with a file in it, for tests that try (and must fail) to delete it.
 
-    Under /var/tmp: bound read-only into namespace sandboxes, and, should that ever break, a
-    test deletes this throwaway directory rather than anything that matters.
+    Under /var/tmp: namespace sandboxes have a /var of their own and must not see it, and should
+    that ever break, a test deletes this throwaway directory rather than anything that matters.
     """
     path = tempfile.mkdtemp(prefix="lizard-canary-", dir="/var/tmp")
     with open(os.path.join(path, "canary"), "w") as f:

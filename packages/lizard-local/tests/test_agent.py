@@ -53,11 +53,14 @@ def test_tree_excludes_detached_descendants():
                     os.kill(pid, 9)
 
 
-# --- the namespace sandbox's filesystem: the host is read-only, the private dirs are not --------
+# --- the namespace sandbox's filesystem: what comes from the host is read-only -----------------
 
 PRIVATE = ("/tmp", "/root", "/home/user", "/workspace")
-#: Every mount a namespace sandbox may write: its private dirs, /dev (its own), /proc (its own).
-WRITABLE = {*PRIVATE, "/dev", "/dev/pts", "/dev/shm", "/proc"} | {f"/dev/{d}" for d in DEVICES}
+#: Every mount a namespace sandbox may write: its root (its own directory), /etc and /run (its
+#: own), /dev (its own), /proc (its own).
+WRITABLE = {"/", "/etc", "/run", "/dev", "/dev/pts", "/dev/shm", "/proc"} | {
+    f"/dev/{d}" for d in DEVICES
+}
 
 
 def need_namespace(server: LocalServer) -> None:
@@ -65,52 +68,57 @@ def need_namespace(server: LocalServer) -> None:
         pytest.skip("namespace mode only (root on Linux)")
 
 
-def test_commands_cannot_create_or_delete_host_files(
+def test_commands_cannot_change_what_comes_from_the_host(
     sandbox: Sandbox, lizard_local: LocalServer, host_canary: str
 ):
     need_namespace(lizard_local)
-    package = os.path.dirname(lizard_local_pkg.__file__)  # the server's own files
-    for target in (f"{package}/sandbox-was-here", "/var/tmp/sandbox-was-here", "/new-dir"):
+    targets = ("/usr/sandbox-was-here", "/opt/lizard-local/templates/sandbox-was-here")
+    for target in targets:
         r = sandbox.process.exec_(f"touch {target}")
         assert r.exit_code == 1
         assert "Read-only file system" in r.stderr
-        assert not os.path.exists(target)
-    # Deleting a host file, directly or with rm -rf through a symlink (the trailing slash follows
-    # it), changes nothing either.
+    assert not os.path.exists("/usr/sandbox-was-here")
+    # Deleting a template file, directly or with rm -rf through a symlink (the trailing slash
+    # follows it), changes nothing either.
+    template = "/opt/lizard-local/templates/base"
     for script in (
-        f"rm -f {host_canary}/canary",
-        f"ln -s {host_canary} /workspace/link && rm -rf /workspace/link/",
+        f"rm -f {template}/pyvenv.cfg",
+        f"ln -s {template} /workspace/link && rm -rf /workspace/link/",
     ):
         r = sandbox.process.exec_(script)
         assert r.exit_code == 1
         assert "Read-only file system" in r.stderr
+    assert sandbox.process.exec_(["python3", "-c", "print('still here')"]).stdout == "still here"
+    # The host's other files are not there at all.
+    for path in (host_canary, os.path.dirname(lizard_local_pkg.__file__)):
+        assert sandbox.process.exec_(["test", "-e", path]).exit_code == 1
     with open(f"{host_canary}/canary") as f:
         assert f.read() == "host"
 
 
-def test_private_directories_and_dev_stay_writable(sandbox: Sandbox, lizard_local: LocalServer):
+def test_the_sandbox_own_directories_and_dev_are_writable(
+    sandbox: Sandbox, lizard_local: LocalServer
+):
     need_namespace(lizard_local)
+    dirs = "/tmp /root /home/user /workspace /dev/shm /etc /var/tmp /run /opt /"
     script = (
-        "set -e; for d in /tmp /root /home/user /workspace /dev/shm; do "
-        "echo ok > $d/w && cat $d/w && rm $d/w; done; "
+        f"set -e; for d in {dirs}; do echo ok > $d/w && cat $d/w && rm $d/w; done; "
         "echo x > /dev/null; head -c 4 /dev/urandom | wc -c"
     )
     r = sandbox.process.exec_(script)
-    assert (r.exit_code, r.stdout.split()) == (0, ["ok"] * 5 + ["4"])
+    assert (r.exit_code, r.stdout.split()) == (0, ["ok"] * 10 + ["4"])
     assert sandbox.process.exec_("echo hi", user="user").stdout == "hi"
-    mode = sandbox.process.exec_("stat -c %a /tmp /dev/shm").stdout.split()
-    assert mode == ["1777", "1777"]
+    mode = sandbox.process.exec_("stat -c %a /tmp /dev/shm /var/tmp /root").stdout.split()
+    assert mode == ["1777", "1777", "1777", "700"]
 
 
-def test_only_the_private_mounts_are_writable(sandbox: Sandbox, lizard_local: LocalServer):
+def test_every_mount_from_the_host_is_read_only(sandbox: Sandbox, lizard_local: LocalServer):
     need_namespace(lizard_local)
     mounts = sandbox.process.exec_("cat /proc/self/mountinfo").stdout.splitlines()
     writable = {m.split()[4] for m in mounts if m.split()[5].split(",")[0] == "rw"}
-    # Python under /root (say) is bound back read-only; nothing else may be writable.
     assert writable <= WRITABLE, writable - WRITABLE
-    assert set(PRIVATE) <= writable
-    assert any(m.split()[4] == "/" and m.split()[5].startswith("ro") for m in mounts)
-    assert "/proc/sys" not in writable
+    points = {m.split()[4] for m in mounts}
+    assert {"/usr", "/sys", "/opt/lizard-local/templates", "/proc/sys"} <= points - writable
 
 
 def test_dev_shm_is_private(new_sandbox, lizard_local: LocalServer):

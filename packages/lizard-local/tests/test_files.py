@@ -12,7 +12,6 @@ import pytest
 from lizard import Sandbox
 from lizard.errors import LizardError, NotFoundError
 
-import lizard_local as lizard_local_pkg
 from lizard_local import LocalServer
 from lizard_local import app as app_module
 
@@ -134,27 +133,31 @@ def test_namespace_file_api_cannot_change_host_files(
 ):
     if lizard_local.isolation != "namespace":
         pytest.skip("namespace mode only")
-    package = os.path.dirname(lizard_local_pkg.__file__)  # the server's own files
     with pytest.raises(LizardError, match="Read-only file system") as info:
-        sandbox.fs.write(f"{package}/sandbox-was-here", "x")
+        sandbox.fs.write("/usr/sandbox-was-here", "x")
     assert info.value.status_code == 400
-    assert not os.path.exists(f"{package}/sandbox-was-here")
-    canary = f"{host_canary}/canary"
-    for path in (canary, host_canary):
-        with pytest.raises(LizardError, match="Read-only file system"):
-            sandbox.fs.remove(path)
+    assert not os.path.exists("/usr/sandbox-was-here")
+    venv_cfg = "/opt/lizard-local/templates/base/pyvenv.cfg"
     with pytest.raises(LizardError, match="Read-only file system"):
-        sandbox.fs.move(canary, "/tmp/stolen")
+        sandbox.fs.remove(venv_cfg)
+    with pytest.raises(LizardError, match="Read-only file system"):
+        sandbox.fs.move(venv_cfg, "/tmp/stolen")
     # Through links, absolute or relative, to the host's directories: still read-only.
-    sandbox.process.exec_(f"ln -s {host_canary} /workspace/abs && ln -s ../var/tmp /workspace/rel")
+    sandbox.process.exec_("ln -s /usr /workspace/abs && ln -s ../opt/lizard-local /workspace/rel")
     with pytest.raises(LizardError, match="Read-only file system"):
-        sandbox.fs.remove("/workspace/abs/canary")
+        sandbox.fs.write("/workspace/abs/sandbox-was-here", "x")
     with pytest.raises(LizardError, match="Read-only file system"):
-        sandbox.fs.write("/workspace/rel/sandbox-was-here", "x")
+        sandbox.fs.remove("/workspace/rel/templates/base/pyvenv.cfg")
     sandbox.fs.remove("/workspace/abs")  # the link itself is the sandbox's
+    # A host file outside what the sandbox is given is not there at all.
+    canary = f"{host_canary}/canary"
+    with pytest.raises(LizardError) as missing:
+        sandbox.fs.read_bytes(canary)
+    assert missing.value.status_code == 404
     with open(canary) as f:
         assert f.read() == "host"
-    assert not os.path.exists("/var/tmp/sandbox-was-here")
+    assert not os.path.exists("/usr/sandbox-was-here")
+    assert sandbox.fs.read_bytes(venv_cfg).startswith(b"home = ")
 
 
 def test_links_to_slash_lead_to_the_sandbox_root_not_the_hosts(

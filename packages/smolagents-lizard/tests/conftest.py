@@ -8,6 +8,7 @@ control API (counters, expiry, faults) ask for ``local_server`` and are skipped 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,7 @@ def third_party(backend: Backend, template: str) -> str:
 
     On lizard-local sandboxes run the host's Python: ``base`` without site-packages, and
     ``interpreter`` with the server's only when Jupyter is installed there. Pointing the sandbox
-    at the host's copies stands in for a sandbox where they were installed. In the cloud the
+    at the server's copies stands in for a sandbox where they were installed. In the cloud the
     ``interpreter`` template has them and ``base`` has none.
     """
     if backend.server is None:
@@ -112,5 +113,12 @@ def third_party(backend: Backend, template: str) -> str:
             return ""
         pytest.skip("the base template has no pillow, numpy, pandas or matplotlib in the cloud")
     modules = [pytest.importorskip(name) for name in ("PIL", "numpy", "pandas", "matplotlib")]
+    if backend.server.isolation == "namespace":
+        # Namespace sandboxes see none of the host's folders: the interpreter template's
+        # site-packages (the server's, read-only in the sandbox) stand in for them.
+        prefix = backend.server.info()["templates"]["interpreter"]["prefix"]
+        version = f"python{sys.version_info.major}.{sys.version_info.minor}"
+        site_dir = f"{prefix}/lib/{version}/site-packages"
+        return f"import site\nsite.addsitedir({site_dir!r})\n"
     paths = sorted({str(Path(m.__file__ or "").parent.parent) for m in modules})
     return f"import sys\nsys.path.extend({paths!r})\n"

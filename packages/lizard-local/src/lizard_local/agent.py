@@ -11,16 +11,19 @@ Contract:
   --mount --fork --kill-child``). It builds a private root, pivots into it, mounts a fresh
   ``/proc`` and, without internet, brings up ``lo`` in its empty network namespace. When PID 1
   exits the kernel kills every process of the namespace, so a sandbox can never leak processes.
-- The private root protects the host from the sandbox (from accidents such as ``rm -rf`` through
-  a symlink, not from deliberate attacks): the host's directories are bound in **read-only**
-  (recursively, every mount below them too), and the root itself is read-only. Writable are only
-  the sandbox's own ``/tmp``, ``/root``, ``/home/user`` and ``/workspace``, a private ``/dev``
-  (``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` bound from the host, a fresh
-  ``/dev/pts`` and a private ``/dev/shm``) and ``/proc`` (a fresh one for the PID namespace, with
-  ``/proc/sys``, ``/proc/sysrq-trigger`` and the other host-wide knobs read-only). Anything that
-  cannot be made so fails the sandbox's start. Commands also lose the capabilities that would
-  undo this or reach past it (``CAP_SYS_ADMIN``, ``CAP_MKNOD``, ``CAP_SYS_MODULE``,
-  ``CAP_SYS_RAWIO``, ``CAP_NET_ADMIN``, ``CAP_DAC_READ_SEARCH``...; see :data:`DROPPED_CAPS`).
+- The private root is minimal, like a fresh microVM's, and shows nothing else of the host (see
+  :mod:`lizard_local.sandbox_root` for what the server puts in it): the sandbox's own directory
+  on disk as ``/`` (writable, empty ``/tmp``, ``/root``, ``/home/user``, ``/workspace``, ``/var``,
+  ``/run``, ``/opt``...), the host's system directories bound in **read-only** (recursively,
+  every mount below them too), the interpreter and templates read-only under
+  ``/opt/lizard-local``, its own ``/etc`` (copy-on-write over a copy of the host's), a private
+  ``/dev`` (``null``, ``zero``, ``full``, ``random``, ``urandom``, ``tty`` bound from the host, a
+  fresh ``/dev/pts`` and a private ``/dev/shm``) and ``/proc`` (a fresh one for the PID
+  namespace, with ``/proc/sys``, ``/proc/sysrq-trigger`` and the other host-wide knobs
+  read-only). Anything that cannot be made so fails the sandbox's start. Commands also lose the
+  capabilities that would undo this or reach past it (``CAP_SYS_ADMIN``, ``CAP_MKNOD``,
+  ``CAP_SYS_MODULE``, ``CAP_SYS_RAWIO``, ``CAP_NET_ADMIN``, ``CAP_DAC_READ_SEARCH``...; see
+  :data:`DROPPED_CAPS`).
 - In host mode the agent is a child subreaper: orphans (``start_new_session`` kernels, daemons)
   are re-parented to it, so "every process of the sandbox" is "every descendant of the agent".
   Every process also carries ``LIZARD_EMU_SANDBOX=<id>`` in its environment as a second net.
@@ -72,10 +75,23 @@ SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "
 SYS_MOUNT_SETATTR = 442  # the same number on every architecture (Linux 5.12+)
 AT_RECURSIVE = 0x8000
 MOUNT_ATTR_RDONLY = 1
-PRIVATE_DIRS = ("/tmp", "/root", "/home/user", "/workspace")
-#: Host top-level entries the sandbox does not get: replaced by its own (``/proc``, ``/dev``, the
-#: private directories and the ``/home`` that holds ``/home/user``) or useless (``lost+found``).
-NOT_BOUND = {"proc", "dev", "tmp", "root", "home", "workspace", "lost+found"}
+#: The sandbox's own top-level directories besides ``/tmp``, ``/root``, ``/home/user`` and
+#: ``/workspace`` (made by the server), ``/etc``, ``/dev``, ``/proc`` and the host's system
+#: directories: (path, mode).
+SKELETON = (
+    ("/var", 0o755),
+    ("/var/tmp", 0o1777),
+    ("/var/lib", 0o755),
+    ("/var/cache", 0o755),
+    ("/var/log", 0o755),
+    ("/var/spool", 0o755),
+    ("/var/mail", 0o2775),
+    ("/run", 0o755),
+    ("/opt", 0o755),
+    ("/srv", 0o755),
+    ("/mnt", 0o755),
+    ("/media", 0o755),
+)
 #: Host devices bound into the sandbox's private ``/dev``.
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 #: ``/proc`` entries that act on the whole host: read-only inside the sandbox.
@@ -212,6 +228,8 @@ def make_readonly(path: str) -> None:
 
 def make_mountpoint(src: str, dst: str) -> bool:
     """Create ``dst`` of the same kind as ``src`` (directory or file); False if impossible."""
+    if os.path.isdir(dst) if os.path.isdir(src) else os.path.isfile(dst):
+        return True  # already there (a file bound over another one)
     try:
         if os.path.isdir(src):
             os.makedirs(dst, exist_ok=True)
@@ -300,58 +318,103 @@ def drop_capabilities() -> None:
             check(libc().prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"drop capability {cap}")
 
 
+def make_skeleton(new_root: str) -> None:
+    """The sandbox's own top-level directories (:data:`SKELETON`) and the usual links in /var.
+
+    ``/run`` is a tmpfs, as on a booted system.
+    """
+    old = os.umask(0)
+    try:
+        for path, mode in SKELETON:
+            os.mkdir(new_root + path, mode)
+    finally:
+        os.umask(old)
+    mount("tmpfs", new_root + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=20%")
+    os.mkdir(new_root + "/run/lock", 0o1777)
+    os.chmod(new_root + "/run/lock", 0o1777)
+    for link, target in (("/var/run", "../run"), ("/var/lock", "../run/lock")):
+        os.symlink(target, new_root + link)
+
+
+def copy_tree(src: str, dst: str) -> None:
+    """Copy a directory tree with modes and owners (the fallback for ``/etc`` without overlay)."""
+    st = os.lstat(src)
+    os.makedirs(dst, exist_ok=True)
+    for entry in os.scandir(src):
+        target = os.path.join(dst, entry.name)
+        info = entry.stat(follow_symlinks=False)
+        if entry.is_symlink():
+            os.symlink(os.readlink(entry.path), target)
+        elif entry.is_dir(follow_symlinks=False):
+            copy_tree(entry.path, target)
+            continue
+        else:
+            with open(entry.path, "rb") as fin, open(target, "wb") as fout:
+                while chunk := fin.read(1 << 20):
+                    fout.write(chunk)
+            os.chmod(target, info.st_mode & 0o7777)
+        os.lchown(target, info.st_uid, info.st_gid)
+    os.chown(dst, st.st_uid, st.st_gid)
+    os.chmod(dst, st.st_mode & 0o7777)
+
+
+def setup_etc(master: str, dst: str, scratch: str) -> None:
+    """The sandbox's own writable ``/etc``: copy-on-write over ``master`` (a copy of the host's).
+
+    The changes live in a tmpfs of the sandbox's own (gone with it); without overlayfs the
+    master is copied instead, which is slower.
+    """
+    os.makedirs(scratch, exist_ok=True)
+    mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=700")
+    os.mkdir(scratch + "/upper")
+    os.mkdir(scratch + "/work")
+    os.makedirs(dst, exist_ok=True)
+    options = f"lowerdir={master},upperdir={scratch}/upper,workdir={scratch}/work"
+    try:
+        mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, options)
+    except OSError:
+        copy_tree(master, dst)
+
+
 def setup_namespace(cfg: dict[str, Any]) -> None:
     """Build the sandbox's private root inside the fresh mount namespace and pivot into it."""
     new_root = cfg["rootfs"]
-    dirs: dict[str, str] = cfg["dirs"]
     mount("none", "/", None, MS_REC | MS_PRIVATE)
-    mount("tmpfs", new_root, "tmpfs", MS_NOSUID, "mode=755")
-    # Unbindable: the recursive binds of the host's directories below (/var holds new_root)
-    # leave new_root and everything mounted under it out instead of copying it again each time.
+    # The root is the sandbox's own directory on disk (its private directories already made by
+    # the server), bound onto itself: pivot_root needs a mount point. Unbindable: should the
+    # state directory lie inside a system directory, binding that leaves the sandbox out.
+    mount(new_root, new_root, None, MS_BIND)
     mount("none", new_root, None, MS_UNBINDABLE)
-    for name in sorted(os.listdir("/")):
+    for name in cfg["system"]:
         src = "/" + name
-        dst = os.path.join(new_root, name)
-        if name in NOT_BOUND:
-            continue
+        dst = new_root + src
         if os.path.islink(src):
             os.symlink(os.readlink(src), dst)
-        elif make_mountpoint(src, dst):
-            try:
-                mount(src, dst, None, MS_BIND | MS_REC)
-            except OSError:
-                continue  # an entry that cannot be bound (e.g. a special file) is left out
-            make_readonly(dst)  # bound, so it must be read-only: a failure fails the sandbox
-    for inner in PRIVATE_DIRS:
+        elif os.path.isdir(src):
+            os.mkdir(dst, 0o755)
+            bind(src, dst, readonly=True)  # a failure fails the sandbox
+    make_skeleton(new_root)
+    setup_etc(cfg["etc"], new_root + "/etc", cfg["scratch"])
+    if cfg.get("hostname"):
+        with open(new_root + "/etc/hostname", "w") as f:
+            f.write(cfg["hostname"] + "\n")
+    # The interpreter and the templates, read-only, where the templates expect them.
+    for src, inner in cfg["binds"]:
         dst = new_root + inner
-        os.makedirs(dst, exist_ok=True)
-        bind(dirs[inner], dst)
-    os.chmod(new_root + "/tmp", 0o1777)
+        parent = os.path.dirname(dst)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o755)
+        if not make_mountpoint(src, dst):
+            raise OSError(f"cannot make a mount point at {inner}")
+        bind(src, dst, readonly=True)
     setup_dev(new_root + "/dev")
-    # Host paths the sandbox needs (the Python installation, the templates) that happen to lie
-    # under a private directory or /dev are bound back in, read-only, at the same path.
-    tops = {new_root + d for d in (*PRIVATE_DIRS, "/dev", "/dev/shm")}
-    for path in cfg.get("keep", []):
-        dst = new_root + path
-        if make_mountpoint(path, dst):
-            bind(path, dst, readonly=True)
-            parent = os.path.dirname(dst)
-            while parent.startswith(new_root + "/") and parent not in tops:
-                os.chmod(parent, 0o755)
-                parent = os.path.dirname(parent)
-    # Files replaced inside the sandbox (an /etc/passwd that knows the "user" account).
-    for inner, src in cfg.get("files", {}).items():
-        if os.path.isfile(new_root + inner):
-            bind(src, new_root + inner, readonly=True)
-    # Host paths the sandbox must not see (the other sandboxes' directories).
+    # Host paths the sandbox must not see (the other sandboxes' directories), should they lie
+    # inside a bound directory.
     for path in cfg.get("hide", []):
         if os.path.isdir(new_root + path):
             mount("tmpfs", new_root + path, "tmpfs", MS_RDONLY | MS_NOSUID, "mode=755")
     setup_proc(new_root + "/proc")
     pivot_into(new_root)
-    # The root itself (the tmpfs holding the mount points) is read-only too: "/x" fails as on a
-    # read-only host directory instead of landing in memory.
-    mount("none", "/", None, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID)
     if cfg.get("hostname"):
         with contextlib.suppress(OSError):
             socket.sethostname(cfg["hostname"])

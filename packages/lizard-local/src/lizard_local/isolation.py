@@ -4,9 +4,10 @@ Two modes:
 
 ``namespace``
     Root on Linux with ``unshare``: every sandbox gets a long-lived mount + PID + UTS namespace
-    (plus a network namespace when created with ``internetAccess: false``). Its ``/tmp``, ``/root``,
-    ``/home/user`` and ``/workspace`` are private directories, and so are ``/dev`` and
-    ``/dev/shm``; the rest of the host filesystem is bound in **read-only** (see
+    (plus a network namespace when created with ``internetAccess: false``) and a minimal root of
+    its own, like a fresh microVM: the host's system directories read-only, the interpreter the
+    templates use, a private copy of ``/etc``, empty ``/tmp``, ``/root``, ``/home/user`` and
+    ``/workspace``, and nothing else of the host (see :mod:`lizard_local.sandbox_root` and
     :mod:`lizard_local.agent`). Processes see only their own sandbox's processes.
 ``host``
     Everything else: commands run as host processes. ``HOME``, ``TMPDIR`` and the default working
@@ -22,7 +23,8 @@ Templates are tiny virtual environments built at start-up (a ``pyvenv.cfg`` and 
 link, no copying): ``base`` is the host's base Python with no site-packages, so Jupyter is absent
 and ``CodeSandbox.run_code`` takes its process path; ``interpreter`` adds the site-packages of the
 Python running the server (ipykernel, jupyter_client, numpy, pandas, matplotlib, pillow when
-installed there), so ``run_code`` keeps state in a Jupyter kernel.
+installed there), so ``run_code`` keeps state in a Jupyter kernel. In namespace mode they name
+the interpreter and those folders where sandboxes see them (under ``/opt/lizard-local``).
 """
 
 from __future__ import annotations
@@ -30,12 +32,12 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
-import site
 import subprocess
 import sys
-import sysconfig
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+
+from lizard_local.sandbox_root import MOUNT_ROOT, RootPlan, plan_root, server_site_dirs
 
 __all__ = [
     "PRIVATE_DIRS",
@@ -48,9 +50,6 @@ __all__ = [
 ]
 
 PRIVATE_DIRS = ("/tmp", "/root", "/home/user", "/workspace")
-#: Host paths a namespace sandbox does not see as they are: its private directories, and ``/dev``
-#: (replaced by a private one).
-REPLACED_DIRS = (*PRIVATE_DIRS, "/dev")
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -91,9 +90,8 @@ class Isolation:
     mode: str  # "namespace" or "host"
     state_dir: Path
     templates: dict[str, Template]
-    keep_paths: list[str] = field(default_factory=list)
-    #: Sandbox path -> host file bound over it in namespace mode (``/etc/passwd``, ``/etc/group``).
-    etc_files: dict[str, str] = field(default_factory=dict)
+    #: What a namespace sandbox's root is made of (None in host mode).
+    root: RootPlan | None = None
 
     @property
     def namespace(self) -> bool:
@@ -156,9 +154,11 @@ def _has_jupyter() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("ipykernel", "jupyter_client"))
 
 
-def _make_venv(prefix: Path, site_dirs: list[str]) -> None:
-    """A minimal virtual environment over the base interpreter: a config file and links."""
-    base_exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+def _make_venv(prefix: Path, base_exe: str, site_dirs: list[str]) -> None:
+    """A minimal virtual environment over ``base_exe``: a config file and links.
+
+    ``base_exe`` and ``site_dirs`` are paths as the sandbox's commands see them.
+    """
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     (prefix / "bin").mkdir(parents=True, exist_ok=True)
     purelib = prefix / "lib" / f"python{version}" / "site-packages"
@@ -177,81 +177,35 @@ def _make_venv(prefix: Path, site_dirs: list[str]) -> None:
         (purelib / "lizard_local_interpreter.pth").write_text(lines)
 
 
-def _server_site_dirs() -> list[str]:
-    dirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
-    purelib = sysconfig.get_paths()["purelib"]
-    if purelib not in dirs and os.path.isdir(purelib):
-        dirs.append(purelib)
-    return dirs
+def build_templates(
+    state_dir: Path, site_dirs: list[str], root: RootPlan | None = None
+) -> dict[str, Template]:
+    """Create the ``base`` and ``interpreter`` templates under ``state_dir/templates``.
 
-
-def build_templates(state_dir: Path) -> dict[str, Template]:
-    """Create the ``base`` and ``interpreter`` templates under ``state_dir/templates``."""
-    root = state_dir / "templates"
-    base = root / "base"
-    _make_venv(base, [])
-    jupyter = _has_jupyter()
-    interp = root / "interpreter"
-    _make_venv(interp, _server_site_dirs() if jupyter else [])
+    ``site_dirs`` (host paths) go into ``interpreter``. With a namespace ``root`` the templates
+    name the interpreter and those folders where sandboxes see them, and their own prefix is
+    the one they have inside a sandbox.
+    """
+    host_root = state_dir / "templates"
+    base_exe = os.path.realpath(getattr(sys, "_base_executable", sys.executable))
+    inside = list(site_dirs)
+    seen_root = str(host_root)
+    if root is not None:
+        base_exe = root.python
+        inside = [root.site_dirs[d] for d in site_dirs]
+        seen_root = f"{MOUNT_ROOT}/templates"
+    _make_venv(host_root / "base", base_exe, [])
+    _make_venv(host_root / "interpreter", base_exe, inside)
     return {
-        "base": Template("base", str(base), False),
-        "interpreter": Template("interpreter", str(interp), jupyter),
+        "base": Template("base", f"{seen_root}/base", False),
+        "interpreter": Template("interpreter", f"{seen_root}/interpreter", bool(site_dirs)),
     }
-
-
-def _under_private(path: str) -> bool:
-    return any(path == d or path.startswith(d + "/") for d in REPLACED_DIRS)
-
-
-def keep_paths(state_dir: Path) -> list[str]:
-    """Host paths under a replaced directory that sandboxes still need (bound in read-only)."""
-    candidates = {
-        os.path.realpath(sys.base_prefix),
-        os.path.realpath(sys.prefix),
-        os.path.realpath(sys.exec_prefix),
-        os.path.realpath(os.path.dirname(getattr(sys, "_base_executable", sys.executable))),
-        str(state_dir / "templates"),
-        *(os.path.realpath(p) for p in sys.path if p and os.path.isabs(p) and os.path.isdir(p)),
-    }
-    kept = sorted(p for p in candidates if _under_private(p) and p not in REPLACED_DIRS)
-    # Drop paths already covered by a kept parent.
-    out: list[str] = []
-    for p in kept:
-        if not any(p.startswith(k + "/") for k in out):
-            out.append(p)
-    return out
-
-
-def account_files(state_dir: Path) -> dict[str, str]:
-    """Copies of ``/etc/passwd`` and ``/etc/group`` in which uid/gid 1000 is ``user``."""
-    out: dict[str, str] = {}
-    wanted = {
-        "/etc/passwd": ("user:x:1000:1000::/home/user:/bin/sh", 2),
-        "/etc/group": ("user:x:1000:", 2),
-    }
-    (state_dir / "etc").mkdir(exist_ok=True)
-    for inner, (entry, id_field) in wanted.items():
-        try:
-            lines = Path(inner).read_text().splitlines()
-        except OSError:
-            continue
-        kept = [
-            line
-            for line in lines
-            if not line.startswith("user:")
-            and not (len(line.split(":")) > id_field and line.split(":")[id_field] == "1000")
-        ]
-        target = state_dir / "etc" / Path(inner).name
-        target.write_text("\n".join([*kept, entry]) + "\n")
-        os.chmod(target, 0o644)
-        out[inner] = str(target)
-    return out
 
 
 def prepare(requested_mode: str, state_dir: Path) -> Isolation:
-    """Detect the mode and build templates; the one call the server makes at start-up."""
+    """Detect the mode, plan the sandboxes' root and build templates; called at start-up."""
     mode = detect_mode(requested_mode)
-    templates = build_templates(state_dir)
-    if mode != "namespace":
-        return Isolation(mode, state_dir, templates)
-    return Isolation(mode, state_dir, templates, keep_paths(state_dir), account_files(state_dir))
+    site_dirs = server_site_dirs() if _has_jupyter() else []
+    root = plan_root(state_dir, site_dirs) if mode == "namespace" else None
+    templates = build_templates(state_dir, site_dirs, root)
+    return Isolation(mode, state_dir, templates, root)

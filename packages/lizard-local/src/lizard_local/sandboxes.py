@@ -210,13 +210,15 @@ class Registry:
         sandbox_id = "sbx_" + secrets.token_hex(6)
         base = self.isolation.state_dir / "sandboxes" / sandbox_id
         dirs = self._make_dirs(base)
+        root = self.isolation.root
         cfg = {
             "sandbox_id": sandbox_id,
             "namespace": self.isolation.namespace,
             "rootfs": str(base / "rootfs"),
-            "dirs": dirs,
-            "keep": self.isolation.keep_paths,
-            "files": self.isolation.etc_files,
+            "scratch": str(base / "scratch"),
+            "system": list(root.system) if root else [],
+            "binds": [list(b) for b in root.binds] if root else [],
+            "etc": root.etc if root else None,
             "hide": [str(self.isolation.state_dir / "sandboxes")],
             "hostname": sandbox_id.replace("_", "-"),
             "net": not internet_access,
@@ -258,7 +260,11 @@ class Registry:
         return sb
 
     def _make_dirs(self, base: Path) -> dict[str, str]:
-        """Host directories behind the private paths, created with sensible owners and modes."""
+        """Host directories behind the private paths, created with sensible owners and modes.
+
+        In namespace mode they are the directories of the sandbox's root (``rootfs``) itself;
+        in host mode, per-sandbox directories beside it.
+        """
         names = {
             "/tmp": "tmp",
             "/root": "root",
@@ -266,16 +272,20 @@ class Registry:
             "/workspace": "workspace",
         }
         dirs: dict[str, str] = {}
-        (base / "rootfs").mkdir(parents=True)
+        rootfs = base / "rootfs"
+        rootfs.mkdir(parents=True)
+        os.chmod(rootfs, 0o755)
+        if self.isolation.namespace:
+            # Only root on the host may reach into it: what a sandbox's root leaves in its own
+            # directories (a setuid program, say) must not be usable by the host's other users.
+            os.chmod(base, 0o700)
         for inner in PRIVATE_DIRS:
-            host = base / names[inner]
+            host = rootfs / inner[1:] if self.isolation.namespace else base / names[inner]
+            host.parent.mkdir(mode=0o755, exist_ok=True)
             host.mkdir()
             dirs[inner] = str(host)
         os.chmod(dirs["/tmp"], 0o1777)
-        # /root is 0700 on a real system; 0711 when the host Python lives under it, so that the
-        # unprivileged account can still reach the interpreter bound in there.
-        keep_under_root = any(p.startswith("/root/") for p in self.isolation.keep_paths)
-        os.chmod(dirs["/root"], 0o711 if keep_under_root else 0o700)
+        os.chmod(dirs["/root"], 0o700)
         if self.isolation.can_switch_user:
             os.chown(dirs["/home/user"], USERS["user"].uid, USERS["user"].gid)
         if not self.isolation.namespace:
