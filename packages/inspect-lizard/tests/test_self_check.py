@@ -7,7 +7,6 @@ only where the platform itself cannot do what it asks; each reason is below.
 
 from __future__ import annotations
 
-import anyio
 import pytest
 from inspect_ai.util._sandbox import self_check
 from inspect_ai.util._sandbox.self_check import *  # noqa: F403
@@ -24,36 +23,17 @@ EXPECTED_FAILURES = {
     "test_write_text_file_without_permissions": ROOT_IGNORES_MODE_BITS,
     "test_write_binary_file_without_permissions": ROOT_IGNORES_MODE_BITS,
 }
-# lizard-local's namespace mode mounts the host's /etc read-only into each sandbox (until it
-# gives sandboxes a private root), so `adduser` cannot add the account this check needs. The
-# check runs and must pass wherever /etc is writable.
-READ_ONLY_ETC = "lizard-local mounts /etc read-only here, so adduser cannot create the account"
-
-
 def test_every_inspect_check_is_collected() -> None:
     assert len(self_check.__all__) >= 44
     assert all(name in globals() for name in self_check.__all__)
 
 
-@pytest.fixture(scope="module")
-def etc_is_writable(module_env: LizardSandboxEnvironment) -> bool:
-    async def probe() -> bool:
-        result = await module_env.exec(
-            ["sh", "-c", "touch /etc/.lizard-probe && rm -f /etc/.lizard-probe"]
-        )
-        return result.success
-
-    return anyio.run(probe)
-
-
 @pytest.fixture
 def sandbox_env(
-    request: pytest.FixtureRequest, module_env: LizardSandboxEnvironment, etc_is_writable: bool
+    request: pytest.FixtureRequest, module_env: LizardSandboxEnvironment
 ) -> LizardSandboxEnvironment:
     name = request.node.originalname
     reason = EXPECTED_FAILURES.get(name)
-    if name == "test_exec_as_user" and not etc_is_writable:
-        reason = READ_ONLY_ETC
     if reason is not None:
         request.applymarker(pytest.mark.xfail(reason=reason, strict=True))
     return module_env
