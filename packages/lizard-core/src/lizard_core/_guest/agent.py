@@ -477,7 +477,9 @@ def op_read(req: Frame) -> Frame:
             emit_data("d", data)
             return {"n": len(data)}
         result: Frame = {"size": size, "id": identity(st)}
-        if size > req["chunk"]:
+        # "copy": the host cannot name this path to the files endpoint (not UTF-8), so it
+        # fetches a job copy instead, even of a file that fits one chunk.
+        if size > req["chunk"] or req.get("copy"):
             out = os.path.join(job_dir(req), "chunk")
             result["part"] = [out, copy_range(handle, out, req["chunk"])]
         return result
