@@ -301,6 +301,20 @@ async def test_rejected_credentials_are_unavailable_without_the_key(
     assert backend.ref is None
 
 
+async def test_a_policy_refusal_says_what_the_platform_said_not_bad_credentials(
+    lizard_local: Any, make_backend: BackendFactory
+) -> None:
+    backend = make_backend(size="big")
+    lizard_local.inject_fault(CREATE, status=403, count=1)  # carries code INJECTED_FAULT
+    with pytest.raises(WorkspaceUnavailableError) as raised:
+        await backend.working_dir()
+    message = str(raised.value)
+    assert "HTTP 403, code INJECTED_FAULT" in message
+    assert "Set a valid LIZARD_API_KEY" not in message
+    assert lizard_local.api_key not in message
+    assert backend.ref is None
+
+
 # ── the request budget ───────────────────────────────────────────────────────
 
 

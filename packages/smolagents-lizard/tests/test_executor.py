@@ -420,6 +420,27 @@ def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(
     assert "Whether the code ran is unknown" in str(steps(agent)[1].error)
 
 
+def test_a_rate_limited_step_is_a_step_error_saying_when_to_retry(
+    run_agent: RunAgent, make_executor: MakeExecutor, local_server: Any
+) -> None:
+    def limit_then_reply() -> str:
+        local_server.inject_fault(
+            "POST /api/sandboxes/{id}/exec", status=429, count=1, retry_after_s=2
+        )
+        return code("print('refused')")
+
+    agent, result = run_agent(
+        code("kept = 'yes'"),
+        limit_then_reply,
+        code("final_answer(kept)"),
+        executor=make_executor(),
+    )
+    assert result == "yes"  # the sandbox was fine: the run went on
+    message = str(steps(agent)[1].error)
+    assert "HTTP 429" in message
+    assert "retry after 2 s" in message
+
+
 # ── requests ─────────────────────────────────────────────────────────────
 
 
@@ -611,6 +632,13 @@ def test_bad_options_are_refused_before_any_request(
 ) -> None:
     with pytest.raises(error):
         LizardExecutor(**kwargs)
+    assert local_server.counters()["total"] == 0
+
+
+def test_smolagents_wildcard_imports_are_accepted(local_server: Any) -> None:
+    executor = LizardExecutor(additional_imports=["numpy.*", "PIL.*", "json.*"])
+    assert executor._pending_imports == ["numpy", "pillow"]
+    executor.cleanup()
     assert local_server.counters()["total"] == 0
 
 

@@ -227,6 +227,8 @@ def _from_status(
     status: int, message: str, *, code: str | None, sandbox_id: str | None
 ) -> LizardIntegrationError:
     """Map an HTTP status with an already redacted message."""
+    # The SDK's own prefix would repeat ours ("Lizard API error 503 ...: API error 503: ...").
+    message = message.removeprefix(f"API error {status}: ")
     if status in (401, 403):
         return _credentials(status, code)
     if status == 404:
