@@ -315,6 +315,21 @@ async def test_a_policy_refusal_says_what_the_platform_said_not_bad_credentials(
     assert backend.ref is None
 
 
+@pytest.mark.parametrize("first", [True, False], ids=["first-run", "later-run"])
+async def test_a_command_over_the_argv_limit_is_e2big(
+    lizard_counters: Any, make_backend: BackendFactory, first: bool
+) -> None:
+    import errno
+
+    backend = make_backend()
+    if not first:
+        await backend.working_dir()
+    with pytest.raises(OSError) as raised:
+        await backend.run("echo " + "x" * 1_900_000, shell=True)
+    assert raised.value.errno == errno.E2BIG  # the harness turns this into a retry hint
+    assert (await backend.run(["echo", "ok"])).stdout == "ok\n"
+
+
 # ── the request budget ───────────────────────────────────────────────────────
 
 

@@ -189,6 +189,8 @@ def op_run(req: Frame) -> Frame:
             start_new_session=True,
         )
     except OSError as exc:
+        if exc.errno == errno.E2BIG:
+            raise  # the builtin error on the host, as a local execve gives it
         code = 127 if exc.errno == errno.ENOENT else 126
         why = "command not found" if code == 127 else exc.strerror
         message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
