@@ -598,6 +598,32 @@ def test_keep_alive_outlives_the_lifetime(make_executor: MakeExecutor) -> None:
     assert executor("'alive'").output == "'alive'"
 
 
+def test_keep_alive_covers_one_step_longer_than_the_lifetime(
+    make_executor: MakeExecutor,
+) -> None:
+    executor = make_executor(lifetime_ms=3000, keep_alive=True, command_timeout_ms=30_000)
+    result = executor("import time\ntime.sleep(7)\n'alive'")
+    assert result.output == "'alive'"
+    assert executor("'still'").output == "'still'"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lifetime_ms": 60_000, "command_timeout_ms": 120_000},
+        {"lifetime_ms": 60_000, "install_timeout_ms": 120_000},
+    ],
+)
+def test_a_timeout_the_lifetime_cannot_cover_is_refused(
+    kwargs: dict[str, Any], local_server: Any
+) -> None:
+    with pytest.raises(ValueError, match="longer than lifetime_ms"):
+        LizardExecutor(**kwargs)
+    # With keep-alive the lifetime is extended while a step runs, so the same is accepted.
+    LizardExecutor(**kwargs, keep_alive=True).cleanup()
+    assert local_server.counters()["total"] == 0
+
+
 @pytest.mark.parametrize("backend", [pytest.param("live", marks=LIVE)], indirect=True)
 def test_install_packages_makes_a_new_package_importable(make_executor: MakeExecutor) -> None:
     # Live only: installing from PyPI needs the network.

@@ -356,6 +356,12 @@ class _GuestCall:
             self.events.put(("error", exc))
 
     def run(self) -> Frame:
+        if self.session is None or not self.may_signal:
+            return self._run()
+        with self.session.in_use():  # keep-alive extends the lifetime while this runs
+            return self._run()
+
+    def _run(self) -> Frame:
         thread = threading.Thread(target=self._stream, name="lizard-core-guest", daemon=True)
         thread.start()
         if self.cancel is not None:

@@ -30,8 +30,10 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
 - **Keep-alive** (off by default). With ``keep_alive=True`` a use of the session that comes
   more than half a lifetime after the deadline was last set calls ``set_timeout(lifetime_ms)``
   first, so a sandbox in use does not expire and an idle one still does. That is at most one
-  extra request per half lifetime, never one per operation. Keep-alive is best effort: its
-  failures are logged and retried on a later use, never raised.
+  extra request per half lifetime, never one per operation. While an operation runs (every
+  guest call marks itself with :meth:`Session.in_use`), a thread extends the lifetime every
+  half lifetime as well, so one command or cell longer than the lifetime keeps its sandbox.
+  Keep-alive is best effort: its failures are logged and retried soon after, never raised.
 - **Is it still there?** :meth:`Session.check_alive` (and :meth:`Session.acheck_alive`) asks
   the platform with one ``GET /api/sandboxes/{id}``, not retried, whether the sandbox still
   exists. It belongs on failure paths: the guest layer calls it when an exec stream breaks or
@@ -64,12 +66,13 @@ Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, t
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
@@ -173,6 +176,11 @@ class Session:
         # monotonic time at which keep-alive should next extend the lifetime
         self._extend_due: float | None = None
         self._transport: Transport | None = None  # the pooled client, made on first use
+        # Operations in flight (see in_use()), and the thread that keeps the sandbox alive
+        # while there are any.
+        self._in_flight = 0
+        self._keeper: threading.Thread | None = None
+        self._keeper_wake = threading.Condition(self._lock)
 
     # ── public state ─────────────────────────────────────────────────────
 
@@ -521,6 +529,46 @@ class Session:
         else:
             self._extended(started, None)
 
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Mark an operation in flight for the duration of the block (no request).
+
+        With keep-alive, a thread extends the lifetime every half lifetime while any operation
+        is in flight, so that one call longer than the lifetime (a long command or cell) does
+        not see its sandbox expire under it. The thread ends when the last one does.
+        """
+        if not self._keep_alive:
+            yield
+            return
+        with self._lock:
+            self._in_flight += 1
+            if self._keeper is None:
+                self._keeper = threading.Thread(
+                    target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
+                )
+                self._keeper.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._keeper_wake.notify_all()
+
+    def _keep_alive_while_busy(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._in_flight == 0 or self._closed:
+                        self._keeper = None
+                        return
+                    now = time.monotonic()
+                    due = self._extend_due
+                    if self._sandbox is not None and due is not None and now >= due:
+                        sandbox = self._sandbox
+                        break
+                    self._keeper_wake.wait(None if due is None else max(due - now, 0.01))
+            self._maybe_extend(sandbox)
+
     # ── teardown ─────────────────────────────────────────────────────────
 
     def destroy(self) -> None:
@@ -555,6 +603,7 @@ class Session:
                     return
                 # From here on no new acquisition can start.
                 self._closed = True
+                self._keeper_wake.notify_all()
                 in_flight = self._acquiring
             if in_flight is not None:
                 concurrent.futures.wait([in_flight])

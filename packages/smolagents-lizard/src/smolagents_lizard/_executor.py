@@ -68,6 +68,7 @@ _log = logging.getLogger(__name__)
 
 INTEGRATION: Final = "smolagents"
 MAX_STEP_TIMEOUT_MS: Final = 3_600_000
+DEFAULT_INSTALL_TIMEOUT_MS: Final = 600_000
 
 _MANAGED_AGENTS_REFUSED: Final = (
     "LizardExecutor does not support managed agents ({names}): a managed agent needs the host "
@@ -103,9 +104,14 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     ``envs`` (environment variables for the sandbox, e.g. secrets that tools need; nothing from
     the host is copied otherwise), ``internet_access`` and ``allowed_hosts``, ``sandbox_id``
     (attach to a running sandbox and leave it running at cleanup), ``keep_alive`` (extend the
-    lifetime while steps run), ``install_timeout_ms`` (pip, separate from the step timeout),
-    ``max_print_outputs_length`` (log cap per step, characters), ``max_final_answer_bytes`` and
-    ``live_logs_after`` (seconds before a running step's output is shown live; None: never).
+    lifetime while steps run, also during one step longer than the lifetime),
+    ``install_timeout_ms`` (pip, separate from the step timeout; default 10 minutes, or the
+    lifetime if shorter), ``max_print_outputs_length`` (log cap per step, characters),
+    ``max_final_answer_bytes`` and ``live_logs_after`` (seconds before a running step's output
+    is shown live; None: never).
+
+    Without ``keep_alive`` (and without ``sandbox_id``), a step or install timeout longer than
+    ``lifetime_ms`` is a ValueError: the sandbox would expire before such a step could end.
 
     Use it as a context manager, or call ``cleanup()`` (``CodeAgent`` does on exit).
     """
@@ -128,7 +134,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         allowed_hosts: Sequence[str] | None = None,
         sandbox_id: str | None = None,
         keep_alive: bool = False,
-        install_timeout_ms: int = 600_000,
+        install_timeout_ms: int | None = None,
         max_print_outputs_length: int = 50_000,
         max_final_answer_bytes: int = 16_000_000,
         live_logs_after: float | None = 2.0,
@@ -143,7 +149,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             raise TypeError("additional_imports must be a list of package names, not a str")
         imports = requirements(additional_imports or [])
         _check_ms("command_timeout_ms", command_timeout_ms, MAX_STEP_TIMEOUT_MS)
-        _check_ms("install_timeout_ms", install_timeout_ms, MAX_STEP_TIMEOUT_MS)
+        if install_timeout_ms is not None:
+            _check_ms("install_timeout_ms", install_timeout_ms, MAX_STEP_TIMEOUT_MS)
         _check_positive_int("max_print_outputs_length", max_print_outputs_length)
         _check_positive_int("max_final_answer_bytes", max_final_answer_bytes)
         if live_logs_after is not None:
@@ -167,6 +174,11 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             integration=INTEGRATION,
             integration_version=_version(),
         )
+        if install_timeout_ms is None:
+            install_timeout_ms = min(DEFAULT_INSTALL_TIMEOUT_MS, lifetime_ms)
+        if not keep_alive and sandbox_id is None:
+            _check_covered("command_timeout_ms", command_timeout_ms, lifetime_ms)
+            _check_covered("install_timeout_ms", install_timeout_ms, lifetime_ms)
         session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
         super().__init__(imports, logger or AgentLogger(), allow_pickle=False)
         self._session = session
@@ -457,6 +469,16 @@ def _check_positive_int(name: str, value: object) -> None:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"{name} must be positive; got {value}")
+
+
+def _check_covered(name: str, value: int, lifetime_ms: int) -> None:
+    # Without keep-alive the sandbox expires lifetime_ms after its create, whatever runs.
+    if value > lifetime_ms:
+        raise ValueError(
+            f"{name} ({value} ms) is longer than lifetime_ms ({lifetime_ms} ms): the sandbox "
+            "would expire before such a step could end. Raise lifetime_ms, lower the timeout, "
+            "or pass keep_alive=True (which extends the lifetime while a step runs)."
+        )
 
 
 def _check_ms(name: str, value: object, maximum: int) -> None:
