@@ -661,8 +661,9 @@ def fetch_file(
     """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
 
     One ``GET files`` request over the session's pooled connection, retried on transient
-    errors. A 404 that says the sandbox itself is gone raises
-    :class:`~lizard_core.errors.SandboxGoneError`, not None. ``headers_timeout`` bounds the
+    errors. A 404 that says the sandbox itself is gone (its code, or for a 404 without a code
+    one ``GET`` of the sandbox record) raises :class:`~lizard_core.errors.SandboxGoneError`,
+    not None. ``headers_timeout`` bounds the
     wait for the response's headers (see :meth:`Transport.read_bytes
     <lizard_core._transport.Transport.read_bytes>`): past it the request is abandoned and
     :class:`~lizard_core._transport.ReadAbandonedError` raised, without a retry.
@@ -679,8 +680,17 @@ def fetch_file(
         )
     except lizard.NotFoundError as exc:
         code = getattr(exc, "code", None)
-        if code == "SANDBOX_NOT_FOUND" or (code is None and "sandbox" in str(exc).lower()):
+        if code == "SANDBOX_NOT_FOUND":
             raise translate(exc, sandbox_id=sandbox_id) from None
+        if code is None:
+            # Without a code the text cannot tell (it may name /workspace/sandbox_notes.txt):
+            # one GET of the sandbox record does. If that fails too, say "no such file".
+            try:
+                session.check_alive()
+            except SandboxGoneError:
+                raise
+            except LizardIntegrationError:
+                pass
         return None
     return data
 

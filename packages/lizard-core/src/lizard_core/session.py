@@ -11,8 +11,13 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   again.
 - **The id is never lost.** The create runs in a worker thread that records the sandbox on the
   session itself as soon as ``Sandbox.create`` returns. An ``await`` cancelled meanwhile waits
-  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and the
-  recorded sandbox is destroyed by :meth:`Session.destroy` like any other.
+  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and so does a
+  ``KeyboardInterrupt`` (Ctrl-C) during a synchronous first use; the recorded sandbox is
+  destroyed by :meth:`Session.destroy` like any other.
+- **A create is a create.** A 404 answering it is a base
+  :class:`~lizard_core.errors.LizardIntegrationError` naming what was not found (project,
+  template), not :class:`~lizard_core.errors.SandboxGoneError`; a 2xx answer the SDK cannot
+  read is one too (:func:`~lizard_core.errors.malformed_answer`), never a raw ``KeyError``.
 - **Attach never replaces.** With ``sandbox_id``, first use calls ``Sandbox.connect`` (one
   ``GET``); a killed or expired sandbox raises :class:`~lizard_core.errors.SandboxGoneError`
   (then and on every later use, without further requests) and nothing is created.
@@ -83,7 +88,13 @@ from lizard_core._bridge import run_blocking, wait_done
 from lizard_core._retry import RetryPolicy
 from lizard_core._transport import Transport
 from lizard_core.config import SandboxConfig
-from lizard_core.errors import LizardIntegrationError, SandboxGoneError, translated
+from lizard_core.errors import (
+    MALFORMED_ANSWER,
+    LizardIntegrationError,
+    SandboxGoneError,
+    malformed_answer,
+    translated,
+)
 
 __all__ = ["GONE_STATUSES", "RetryPolicy", "Session", "confirm_alive"]
 
@@ -110,7 +121,10 @@ def confirm_alive(sandbox: Any) -> None:
     """
     sandbox_id = str(sandbox.sandbox_id)
     with translated(sandbox_id=sandbox_id):
-        info = sandbox.get_info()
+        try:
+            info = sandbox.get_info()
+        except MALFORMED_ANSWER as exc:
+            raise malformed_answer("sandbox lookup", exc) from exc
     status = getattr(info, "status", None)
     if isinstance(status, str) and status.lower() in GONE_STATUSES:
         raise SandboxGoneError(
@@ -262,7 +276,7 @@ class Session:
             assert future is not None
             if owner:
                 try:
-                    sandbox = self._acquire(future)
+                    sandbox = self._acquire_uninterrupted(future)
                 finally:
                     self._release_unstarted(future)
                 break
@@ -346,6 +360,30 @@ class Session:
         future.set_result(sandbox)
         return sandbox
 
+    def _acquire_uninterrupted(self, future: concurrent.futures.Future[Any]) -> Any:
+        """Run :meth:`_acquire` in a worker thread and wait for it, Ctrl-C or not.
+
+        A ``KeyboardInterrupt`` raised into the create's HTTP read would lose the id of a
+        sandbox already made; in a worker thread the create completes and records it, and the
+        interrupt is raised here afterwards (a ``with`` block's exit then destroys it).
+        """
+
+        def acquire() -> None:
+            with contextlib.suppress(BaseException):  # the outcome is in ``future``
+                self._acquire(future)
+
+        threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                concurrent.futures.wait([future])
+                break
+            except BaseException as exc:  # KeyboardInterrupt: wait for the create all the same
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+        return future.result()
+
     def _open(self) -> Any:
         with self._lock:
             attach_id = self._sandbox_id
@@ -368,9 +406,13 @@ class Session:
 
         started = time.monotonic()
         # Never retried: a create that failed in transit may have made a sandbox whose id we
-        # would never learn; a second create would make another.
-        with translated():
-            sandbox = Sandbox.create(**self._config.create_kwargs())
+        # would never learn; a second create would make another. (So may one whose answer
+        # cannot be read: its sandbox, if any, ends with its lifetime.)
+        with translated(creating=True):
+            try:
+                sandbox = Sandbox.create(**self._config.create_kwargs())
+            except MALFORMED_ANSWER as exc:
+                raise malformed_answer("create", exc) from exc
         with self._lock:
             # Recorded here, in the worker thread, before anyone can cancel the result away.
             self._sandbox = sandbox
