@@ -791,6 +791,24 @@ def test_keep_alive_extends_a_sandbox_in_use_without_a_request_per_operation(
         assert 2 <= extensions <= 5 < operations
 
 
+def test_sessions_created_at_once_look_the_project_up_once(
+    lizard_counters: Any, sandbox_config: SandboxConfig, no_new_sandboxes: None
+) -> None:
+    import lizard.project
+
+    lizard.project._project_id_cache.clear()  # as in a fresh process
+    sessions = [Session(sandbox_config) for _ in range(8)]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda session: session.sandbox(), sessions))
+        routes = lizard_counters.counters()["routes"]
+        assert routes.get("POST /api/sandboxes") == 8
+        assert routes.get("GET /api/projects") == 1
+    finally:
+        for session in sessions:
+            session.destroy()
+
+
 def test_keep_alive_covers_one_operation_longer_than_the_lifetime(
     lizard_counters: Any, sandbox_config: SandboxConfig
 ) -> None:

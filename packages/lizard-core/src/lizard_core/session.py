@@ -65,7 +65,8 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   :meth:`Session.destroy` and :meth:`Session.close` close it. Lifecycle calls stay on the SDK.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
-``GET /api/projects`` that resolves the project reference); no read-back follows the create.
+``GET /api/projects`` that resolves the project reference, made once however many sessions
+create at the same moment); no read-back follows the create.
 """
 
 from __future__ import annotations
@@ -83,6 +84,8 @@ from typing import Any, Final, TypeVar
 
 import anyio
 from lizard import Sandbox
+from lizard.config import ConnectionConfig
+from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
 from lizard_core._retry import RetryPolicy
@@ -105,6 +108,8 @@ _log = logging.getLogger(__name__)
 _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later.
 _KEEP_ALIVE_RETRY_S: Final = 15.0
+
+_PROJECT_LOOKUP: Final = threading.Lock()
 
 GONE_STATUSES: Final = frozenset({"failed", "stopped", "deleted", "killed", "expired"})
 """Statuses of a sandbox record that mean the sandbox is over: the SDK's terminal states
@@ -410,7 +415,7 @@ class Session:
         # cannot be read: its sandbox, if any, ends with its lifetime.)
         with translated(creating=True):
             try:
-                sandbox = Sandbox.create(**self._config.create_kwargs())
+                sandbox = Sandbox.create(**self._create_kwargs())
             except MALFORMED_ANSWER as exc:
                 raise malformed_answer("create", exc) from exc
         with self._lock:
@@ -422,6 +427,19 @@ class Session:
                 self._extend_due = started + self._config.lifetime_ms / 2000
         _log.debug("created sandbox %s", sandbox.sandbox_id)
         return sandbox
+
+    def _create_kwargs(self) -> dict[str, Any]:
+        """The create's arguments with the project already resolved to its id.
+
+        The SDK caches the look-up (``GET /api/projects``), but sessions created at once all
+        miss that cache; resolving under one lock makes it one look-up for all of them.
+        """
+        kwargs = self._config.create_kwargs()
+        with _PROJECT_LOOKUP:
+            kwargs["project_id"] = resolve_project_id(
+                kwargs.pop("project"), ConnectionConfig(**self.api_kwargs())
+            )
+        return kwargs
 
     # ── liveness ─────────────────────────────────────────────────────────
 
