@@ -522,6 +522,18 @@ def test_cleanup_is_idempotent_and_the_executor_closed(
         assert sandbox_id not in backend.server.sandboxes()
 
 
+def test_delete_is_cleanup_as_in_the_built_in_executors(
+    make_executor: MakeExecutor, local_server: Any
+) -> None:
+    executor = make_executor()
+    executor("x = 1")
+    sandbox_id = executor.sandbox_id
+    executor.delete()
+    assert sandbox_id not in local_server.sandboxes()
+    with pytest.raises(RuntimeError, match="closed"):
+        executor("x")
+
+
 def test_a_failed_deletion_keeps_the_handle_for_a_retry(
     make_executor: MakeExecutor, local_server: Any
 ) -> None:

@@ -17,11 +17,14 @@ What this module maps, and what it leaves to the base class:
   its state was lost. A kernel found dead or replaced while checking or installing packages is
   handled the same way, and the model is told on the next step. A sandbox that is gone ends the
   run (``SandboxUnavailableError``).
-- ``cleanup()`` deletes a sandbox the executor created (an attached one is left running); so
-  does dropping the executor without it, or the process exiting, as a last resort. When a
-  deletion fails the handle is kept so ``cleanup()`` can be retried; while another exception is
-  propagating (the one that ended the run), the failure is logged and noted on that exception
-  instead of replacing it.
+- ``cleanup()`` (and its alias ``delete()``, as the built-in executors have) deletes a sandbox
+  the executor created (an attached one is left running); so does dropping the executor
+  without it, or the process exiting, as a last resort. When a deletion fails the handle is
+  kept so ``cleanup()`` can be retried; while another exception is propagating (the one that
+  ended the run), the failure is logged and noted on that exception instead of replacing it.
+  Otherwise it is raised, unlike the built-in executors, which log it and go on: a sandbox
+  that could not be deleted keeps running (and billing) until its lifetime ends, and a caller
+  who asked for the deletion must learn that it did not happen.
 """
 
 from __future__ import annotations
@@ -344,6 +347,10 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             ending.add_note(note)
             return
         self._closed = True
+
+    def delete(self) -> None:
+        """Alias of :meth:`cleanup`, as smolagents' built-in executors have it."""
+        self.cleanup()
 
     # ── internals ────────────────────────────────────────────────────────
 
