@@ -14,7 +14,10 @@ from typing import Any
 
 
 class StubApi:
-    """``routes[("GET", "/api/sandboxes/x")] = (200, body)``; ``url`` for ``api_url``."""
+    """``routes[("GET", "/api/sandboxes/x")] = (200, body)``; ``url`` for ``api_url``.
+
+    ``body`` is JSON data, raw bytes, or a callable given the request handler to answer with.
+    """
 
     def __init__(self) -> None:
         self.routes: dict[tuple[str, str], tuple[int, Any]] = {}
@@ -30,6 +33,9 @@ class StubApi:
                 status, body = stub.routes.get(
                     (self.command, path), (404, {"error": "no route", "code": "NOT_FOUND"})
                 )
+                if callable(body):
+                    body(self)  # answers by itself (a stream that stalls, ...)
+                    return
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")

@@ -18,8 +18,8 @@ import pytest
 from stub_api import StubApi
 
 from lizard_core.config import SandboxConfig
-from lizard_core.errors import LizardIntegrationError, SandboxGoneError
-from lizard_core.guest import fetch_file
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
+from lizard_core.guest import fetch_file, run_guest
 from lizard_core.session import Session
 
 CREATE = "POST /api/sandboxes"
@@ -114,3 +114,38 @@ def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
     assert time.monotonic() - started >= 1.0  # the interrupt waited for the create
     assert session.sandbox_id in lizard_local.sandboxes()  # recorded, so it can be destroyed
     session.destroy()
+
+
+# ── a stalled stream ─────────────────────────────────────────────────────
+
+
+def test_a_stalled_exec_stream_does_not_outlive_its_call(stub: StubApi) -> None:
+    release = threading.Event()
+
+    def stall(handler: Any) -> None:  # headers, then nothing: a platform that stalls
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.end_headers()
+        handler.wfile.flush()
+        release.wait(60)
+
+    stub.routes[("POST", f"{SANDBOX}/exec")] = (200, stall)
+    session = stub_session(stub, sandbox_id="sbx_stub")
+    sandbox = session.sandbox()
+    before = set(threading.enumerate())
+    try:
+        with pytest.raises(GuestProtocolError, match="stopped answering"):
+            run_guest(sandbox, {"op": "exists", "path": "/"}, stall_s=1.0, session=session)
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            readers = [
+                t for t in set(threading.enumerate()) - before if t.name == "lizard-core-guest"
+            ]
+            if not readers:
+                break
+            time.sleep(0.05)
+        # Before, the reader lived on until the exec's own timeout (600 s here).
+        assert not readers, "the stalled stream's reader outlived the call"
+    finally:
+        release.set()
+        session.close()

@@ -37,9 +37,12 @@ commands and file operations of a session reuse one kept-alive connection. Contr
 from __future__ import annotations
 
 import base64
+import contextlib
+import functools
 import gc
 import io
 import json
+import socket
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -116,8 +119,14 @@ class Transport:
         on_stdout: Callable[[str], None] | None = None,
         on_stderr: Callable[[str], None] | None = None,
         on_pid: Callable[[int], None] | None = None,
+        on_abortable: Callable[[Callable[[], None]], None] | None = None,
     ) -> ExecResult:
-        """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool."""
+        """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool.
+
+        ``on_abortable`` receives, once the response has started, a function that any thread
+        may call to cut the stream off (the reading thread then fails at once), so that a
+        caller that gave up on a stalled stream does not leave this thread reading it.
+        """
         body: dict[str, Any] = {"cmd": [str(a) for a in cmd]}
         if timeout_ms:
             body["timeoutMs"] = timeout_ms
@@ -135,6 +144,8 @@ class Transport:
             if not res.is_success:
                 res.read()
                 handle_api_error(res.status_code, res.text)
+            if on_abortable is not None:
+                on_abortable(functools.partial(_cut_off, res))
             for raw in res.iter_lines():
                 if not raw.startswith("data:"):
                     continue
@@ -257,3 +268,12 @@ class Transport:
             self._closed = True
         if client is not None:
             client.close()
+
+
+def _cut_off(response: httpx.Response) -> None:
+    """Shut the response's socket down: a read blocked on it in another thread fails at once."""
+    stream = response.extensions.get("network_stream")
+    sock = stream.get_extra_info("socket") if stream is not None else None
+    if isinstance(sock, socket.socket):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
