@@ -149,3 +149,167 @@ def test_a_stalled_exec_stream_does_not_outlive_its_call(stub: StubApi) -> None:
     finally:
         release.set()
         session.close()
+
+
+# ── the fault table: lizard-local's injected faults, real SDK, real processes ──────────────
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+GET_FILE = "GET /api/sandboxes/{id}/files"
+POST_FILE = "POST /api/sandboxes/{id}/files"
+BOUND_S = 30.0
+"""Every fault below ends within this many seconds (measured; generous for a loaded 2-core box)."""
+
+
+@pytest.fixture
+def session(lizard_local: Any, no_new_sandboxes: None) -> Iterator[Session]:
+    session = Session(SandboxConfig.from_env(lifetime_ms=120_000))
+    try:
+        yield session
+    finally:
+        session.destroy()
+
+
+def _works(session: Session) -> None:
+    """The next operation on a surviving sandbox succeeds."""
+    from lizard_core.commands import run_command
+
+    assert run_command(session, ["echo", "next"]).stdout == b"next\n"
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["once", "repeatedly"])
+@pytest.mark.parametrize(
+    ("status", "kind"), [(503, "TransientError"), (429, "QuotaError")], ids=["503", "429"]
+)
+def test_a_failed_create_is_never_retried_and_the_next_use_creates(
+    lizard_local: Any, session: Session, status: int, kind: str, count: int
+) -> None:
+    lizard_local.reset_counters()
+    lizard_local.inject_fault(CREATE, status=status, count=count, retry_after_s=1)
+    started = time.monotonic()
+    for _ in range(count):  # every use fails alone: a create may have run, so no retry
+        with pytest.raises(LizardIntegrationError) as raised:
+            session.sandbox()
+        assert type(raised.value).__name__ == kind
+    assert time.monotonic() - started < BOUND_S
+    if status == 429:
+        assert raised.value.retry_after == 1.0  # type: ignore[attr-defined]
+    assert lizard_local.counters()["routes"][CREATE] == count
+    assert session.sandbox_id is None
+    _works(session)  # the fault is used up: this use creates
+    assert lizard_local.counters()["routes"][CREATE] == count + 1
+
+
+@pytest.mark.parametrize("count", [1, 3], ids=["once", "repeatedly"])
+@pytest.mark.parametrize(
+    ("status", "kind"), [(503, "TransientError"), (429, "QuotaError")], ids=["503", "429"]
+)
+def test_a_refused_exec_is_its_error_and_the_next_command_runs(
+    lizard_local: Any, session: Session, status: int, kind: str, count: int
+) -> None:
+    from lizard_core.commands import run_command
+
+    session.sandbox()
+    lizard_local.inject_fault(EXEC, status=status, count=count, retry_after_s=1)
+    for _ in range(count):  # a command is never re-sent behind the caller's back
+        started = time.monotonic()
+        with pytest.raises(LizardIntegrationError) as raised:
+            run_command(session, ["echo", "x"])
+        assert type(raised.value).__name__ == kind
+        assert time.monotonic() - started < BOUND_S
+    _works(session)
+
+
+@pytest.mark.parametrize(
+    ("route", "status", "count"),
+    [(GET_FILE, 503, 1), (GET_FILE, 503, 3), (GET_FILE, 429, 1), (POST_FILE, 503, 1)],
+    ids=["get-503-once", "get-503-repeatedly", "get-429", "post-503-once"],
+)
+def test_files_requests_that_did_not_run_are_retried_to_success(
+    lizard_local: Any, session: Session, route: str, status: int, count: int
+) -> None:
+    from lizard_core.files import WRITE_INLINE, SandboxFiles
+
+    files = SandboxFiles(session)
+    data = os.urandom(WRITE_INLINE + 10)  # past the inline write: staged with POST files
+    files.write_bytes("/tmp/fault-data", data)
+    lizard_local.inject_fault(route, status=status, count=count, retry_after_s=1)
+    started = time.monotonic()
+    if route == POST_FILE:
+        files.write_bytes("/tmp/fault-data", data[::-1])
+        assert files.read_bytes("/tmp/fault-data") == data[::-1]
+    else:
+        assert files.read_bytes("/tmp/fault-data") == data
+    assert time.monotonic() - started < BOUND_S
+    _works(session)
+
+
+def test_a_stream_dropped_mid_output_is_a_protocol_error_and_the_next_command_runs(
+    lizard_local: Any, session: Session
+) -> None:
+    from lizard_core.commands import run_command
+
+    session.sandbox()
+    lizard_local.inject_stream_drop(count=1, after_events=3)
+    started = time.monotonic()
+    with pytest.raises(GuestProtocolError, match="may have partly run"):
+        run_command(session, ["sh", "-c", "for i in 1 2 3 4 5; do echo $i; sleep 0.2; done"])
+    assert time.monotonic() - started < BOUND_S
+    _works(session)
+
+
+@pytest.mark.parametrize("how", ["expired", "killed"])
+def test_a_sandbox_gone_mid_command_is_sandbox_gone_within_the_bound(
+    lizard_local: Any, session: Session, how: str
+) -> None:
+    import lizard
+
+    from lizard_core.commands import run_command
+
+    sandbox_id = session.sandbox().sandbox_id
+
+    def end_it() -> None:
+        if how == "expired":
+            lizard_local.expire(sandbox_id)
+        else:
+            lizard.Sandbox(sandbox_id, **session.api_kwargs()).kill()
+
+    timer = threading.Timer(0.5, end_it)
+    timer.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(SandboxGoneError):
+            run_command(session, ["sleep", "30"], timeout=60)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - started < BOUND_S
+    with pytest.raises(SandboxGoneError):  # remembered: no request, no replacement
+        run_command(session, ["true"])
+    assert sandbox_id not in lizard_local.sandboxes()
+
+
+def test_a_killed_guest_is_a_protocol_error_and_the_next_command_runs(session: Session) -> None:
+    from lizard_core.commands import run_command
+
+    started = time.monotonic()
+    with pytest.raises(GuestProtocolError):
+        # The command kills the guest program that runs it (its parent).
+        run_command(session, ["sh", "-c", "echo started; kill -9 $PPID; sleep 1"])
+    assert time.monotonic() - started < BOUND_S
+    _works(session)
+
+
+def test_a_stalled_files_response_is_read_through_the_guest_within_the_guard(
+    lizard_local: Any, session: Session, restore_latency: None
+) -> None:
+    from lizard_core.files import READ_GUARD_S, SandboxFiles
+
+    files = SandboxFiles(session)
+    files.write_bytes("/tmp/stalled", b"data")
+    lizard_local.set_latency(READ_GUARD_S * 1000 + 1500)  # the GET's headers come too late
+    started = time.monotonic()
+    try:
+        assert files.read_bytes("/tmp/stalled") == b"data"
+    finally:
+        lizard_local.set_latency(0)
+    assert time.monotonic() - started < BOUND_S
+    _works(session)
