@@ -459,7 +459,7 @@ def test_a_command_over_the_argv_limit_is_e2big_before_any_request(
     import errno
 
     session = Session(SandboxConfig.from_env(lifetime_ms=60_000))
-    with pytest.raises(OSError) as raised:
+    with pytest.raises(OSError, match="Argument list too long") as raised:
         run_command(session, argv)
     assert raised.value.errno == errno.E2BIG
     assert session.sandbox_id is None  # refused before any sandbox exists
@@ -467,9 +467,10 @@ def test_a_command_over_the_argv_limit_is_e2big_before_any_request(
 
 
 def test_argv_just_under_the_limits_runs(module_session: Any) -> None:
-    result = run_command(module_session, ["sh", "-c", 'printf %s "$1" | wc -c', "sh", "z" * 100_000])
+    result = run_command(
+        module_session, ["sh", "-c", 'printf %s "$1" | wc -c', "sh", "z" * 100_000]
+    )
     assert result.stdout.strip() == b"100000"
     many = ["a" * 1000] * 900  # 0.9 MB in all
     result = run_command(module_session, ["sh", "-c", 'echo "$#"', "sh", *many])
     assert result.stdout.strip() == b"900"
-

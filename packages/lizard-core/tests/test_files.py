@@ -569,7 +569,8 @@ def test_every_path_list_dir_returns_works_with_every_operation(
     # query string, so every operation must reach it through the guest instead.
     sh(files.session, 'mkdir -p "$1/$(printf "d\\377ir")"', scratch)
     [folder] = files.list_dir(scratch)
-    assert folder.name == "d\udcffir" and folder.is_dir
+    assert folder.name == "d\udcffir"
+    assert folder.is_dir
     small, large = os.urandom(100), os.urandom(READ_INLINE + 1)
     files.write_bytes(f"{folder.path}/s\udcfe", small)
     files.write_bytes(f"{folder.path}/l\udcfe", large)

@@ -63,7 +63,8 @@ async def test_refused_requests_propagate_for_the_caller_to_retry(
         if status == 429:
             assert raised.value.retry_after == 1.0  # type: ignore[attr-defined]
     await _works(backend)
-    assert backend.ref is not None and backend.ref.id in lizard_local.sandboxes()
+    assert backend.ref is not None
+    assert backend.ref.id in lizard_local.sandboxes()
 
 
 @pytest.mark.parametrize(
@@ -113,7 +114,9 @@ async def test_a_sandbox_gone_mid_command_is_unavailable(
         if how == "expired":
             lizard_local.expire(sandbox_id)
         else:
-            lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url).kill()
+            lizard.Sandbox(
+                sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url
+            ).kill()
 
     timer = threading.Timer(0.5, end_it)
     timer.start()

@@ -64,6 +64,7 @@ def test_four_executors_run_ten_dependent_steps_on_four_threads(lizard_local: An
         assert outputs[1:] == [str(value) for value in running]
     routes = lizard_local.counters()["routes"]
     assert routes["POST /api/sandboxes"] == EXECUTORS  # one create per executor
-    assert None not in ids and len(ids) == EXECUTORS
+    assert None not in ids
+    assert len(ids) == EXECUTORS
     assert not ids & set(lizard_local.sandboxes())  # nothing left after cleanup()
     assert peak[0] - baseline < RSS_GROWTH_LIMIT, f"peak RSS grew {peak[0] - baseline} bytes"

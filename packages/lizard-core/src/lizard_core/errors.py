@@ -49,6 +49,7 @@ import lizard
 from lizard_core._redact import redact
 
 __all__ = [
+    "MALFORMED_ANSWER",
     "CommandTimeoutError",
     "CredentialsError",
     "GuestProtocolError",
@@ -56,7 +57,6 @@ __all__ = [
     "OutputLimitError",
     "QuotaError",
     "SandboxGoneError",
-    "MALFORMED_ANSWER",
     "TransientError",
     "malformed_answer",
     "translate",

@@ -167,8 +167,10 @@ def _check_path(path: object) -> str:
 
 
 def _http_safe(path: str) -> bool:
-    """Whether the files endpoint can be asked for ``path``: a query string is UTF-8, and a
-    name that is not (listed as surrogate escapes) can only be reached through the guest."""
+    """Whether the files endpoint can be asked for ``path`` (its query string is UTF-8).
+
+    A name that is not UTF-8 (listed as surrogate escapes) can only be reached through the guest.
+    """
     try:
         path.encode("utf-8")
     except UnicodeEncodeError:

@@ -5,8 +5,9 @@ Contract (from `pydantic_ai/workspaces/protocol.py`):
 - a sandbox that is gone (destroyed, expired, never existed), and credentials or billing that no
   retry can fix, are `WorkspaceUnavailableError`; the provider's text for a rejected key is never
   passed on. A 403 with a platform code is a policy refusal (the key was accepted) and says so,
-  naming the code; a 401, or a 403 without a code, points at the key. A sandbox destroyed under a running command or file operation is included:
-  lizard_core checks the sandbox when a stream breaks and raises `SandboxGoneError` then;
+  naming the code; a 401, or a 403 without a code, points at the key. A sandbox destroyed
+  under a running command or file operation is included: lizard_core checks the sandbox when a
+  stream breaks and raises `SandboxGoneError` then;
 - a command past its `timeout` is `WorkspaceTimeoutError` and one past its output cap is
   `WorkspaceOutputLimitError`, both carrying the partial output decoded like a result;
 - a guest program that died or stalled in a live sandbox is a `WorkspaceError`;
