@@ -38,13 +38,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import functools
 import gc
 import io
 import json
 import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -144,9 +143,10 @@ class Transport:
             if not res.is_success:
                 res.read()
                 handle_api_error(res.status_code, res.text)
+            cutter = _Cutter(res)
             if on_abortable is not None:
-                on_abortable(functools.partial(_cut_off, res))
-            for raw in res.iter_lines():
+                on_abortable(cutter.cut)
+            for raw in cutter.lines():
                 if not raw.startswith("data:"):
                     continue
                 try:
@@ -270,10 +270,33 @@ class Transport:
             client.close()
 
 
-def _cut_off(response: httpx.Response) -> None:
-    """Shut the response's socket down: a read blocked on it in another thread fails at once."""
-    stream = response.extensions.get("network_stream")
-    sock = stream.get_extra_info("socket") if stream is not None else None
-    if isinstance(sock, socket.socket):
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+class _Cutter:
+    """Cuts a streamed response off from another thread, but only while it is being read.
+
+    Once its lines are all read, the connection goes back to the pool and may carry another
+    request: the lock keeps a late cut from shutting that one down. (A response left unread
+    is closed with its connection, so a cut after that finds a closed socket and does nothing.)
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._lock = threading.Lock()
+        self._reading = True
+
+    def lines(self) -> Iterator[str]:
+        try:
+            yield from self._response.iter_lines()
+        finally:
+            with self._lock:
+                self._reading = False
+
+    def cut(self) -> None:
+        """Shut the socket down: a read blocked on it in another thread fails at once."""
+        with self._lock:
+            if not self._reading:
+                return
+            stream = self._response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
