@@ -1,7 +1,8 @@
 """Load through `LizardSandboxBackend`: 8 sandboxes x 50 concurrent commands on lizard-local.
 
 Every result is correct, each backend creates exactly one sandbox however many of its first
-commands race, nothing is left after `destroy()`, and host memory stays bounded.
+commands race (and the project is looked up once for all), nothing is left after `destroy()`,
+and host memory stays bounded.
 """
 
 from __future__ import annotations
@@ -66,6 +67,7 @@ async def test_eight_sandboxes_run_fifty_concurrent_commands_each(lizard_counter
     }
     routes = lizard_counters.counters()["routes"]
     assert routes["POST /api/sandboxes"] == SANDBOXES  # one create per backend
+    assert routes.get("GET /api/projects", 0) <= 1  # one project look-up for all of them
     assert routes["POST /api/sandboxes/{id}/exec"] == SANDBOXES * COMMANDS  # one request each
     ids = {backend.ref.id for backend in backends if backend.ref is not None}
     assert len(ids) == SANDBOXES
