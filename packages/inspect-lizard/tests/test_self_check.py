@@ -23,6 +23,8 @@ EXPECTED_FAILURES = {
     "test_write_text_file_without_permissions": ROOT_IGNORES_MODE_BITS,
     "test_write_binary_file_without_permissions": ROOT_IGNORES_MODE_BITS,
 }
+
+
 def test_every_inspect_check_is_collected() -> None:
     assert len(self_check.__all__) >= 44
     assert all(name in globals() for name in self_check.__all__)

@@ -119,6 +119,17 @@ async def test_anyio_cancel_scope_under_asyncio_waits_too() -> None:
     assert time.monotonic() - started >= 0.35
 
 
+async def test_waiting_out_a_cancelled_call_costs_no_cpu() -> None:
+    # An anyio scope re-delivers its cancellation at every checkpoint of the task; a wait that
+    # is not shielded from it spins on the CPU until the call ends.
+    cpu, wall = time.process_time(), time.monotonic()
+    with anyio.move_on_after(0.1):
+        await run_blocking(time.sleep, 1.5)
+    cpu, wall = time.process_time() - cpu, time.monotonic() - wall
+    assert wall >= 1.4
+    assert cpu < 0.5, f"{cpu:.2f} s of CPU while waiting {wall:.2f} s for a sleeping thread"
+
+
 async def test_a_task_cancelled_before_it_runs_never_starts_the_call() -> None:
     call = BlockingCall()
     task = asyncio.create_task(run_blocking(call))

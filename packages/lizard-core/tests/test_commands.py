@@ -501,3 +501,34 @@ async def test_async_callbacks_run_in_the_event_loop_thread(module_session: Any)
     )
     assert b"".join(chunks) == result.stdout == b"a\nb\n"
     assert threads == {threading.get_ident()}
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["echo", "x" * (128 * 1024)],  # one argument past the kernel's per-argument limit
+        ["echo", *["y" * 1000] * 1800],  # 1.8 MB in all: past what one exec can carry
+    ],
+    ids=["one-huge-argument", "1.8-MB-in-all"],
+)
+def test_a_command_over_the_argv_limit_is_e2big_before_any_request(
+    lizard_local: Any, argv: list[str]
+) -> None:
+    import errno
+
+    session = Session(SandboxConfig.from_env(lifetime_ms=60_000))
+    with pytest.raises(OSError, match="Argument list too long") as raised:
+        run_command(session, argv)
+    assert raised.value.errno == errno.E2BIG
+    assert session.sandbox_id is None  # refused before any sandbox exists
+    session.destroy()
+
+
+def test_argv_just_under_the_limits_runs(module_session: Any) -> None:
+    result = run_command(
+        module_session, ["sh", "-c", 'printf %s "$1" | wc -c', "sh", "z" * 100_000]
+    )
+    assert result.stdout.strip() == b"100000"
+    many = ["a" * 1000] * 900  # 0.9 MB in all
+    result = run_command(module_session, ["sh", "-c", 'echo "$#"', "sh", *many])
+    assert result.stdout.strip() == b"900"

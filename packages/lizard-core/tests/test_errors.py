@@ -91,6 +91,11 @@ def test_free_text_codes_are_dropped() -> None:
     assert "bob" not in str(error)
 
 
+def test_a_message_says_the_status_once() -> None:
+    error = translate(sdk_error(503, {"error": "Upstream busy", "code": "BUSY"}))
+    assert str(error) == "Lizard API error 503 (may be temporary): Upstream busy"
+
+
 def test_quota_429_carries_retry_after_and_code() -> None:
     body = {"error": "Too many starts", "code": "SANDBOX_RATE_LIMITED", "retryAfterS": 7}
     error = translate(sdk_error(429, body))

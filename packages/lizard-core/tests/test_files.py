@@ -560,3 +560,32 @@ async def test_the_async_methods(files: SandboxFiles, scratch: str) -> None:
     assert b"".join(pieces) == big
     await files.aremove(f"{scratch}/async")
     assert not await files.aexists(f"{scratch}/async")
+
+
+def test_every_path_list_dir_returns_works_with_every_operation(
+    files: SandboxFiles, scratch: str
+) -> None:
+    # A name that is not UTF-8 comes back as surrogate escapes; HTTP cannot carry it in a
+    # query string, so every operation must reach it through the guest instead.
+    sh(files.session, 'mkdir -p "$1/$(printf "d\\377ir")"', scratch)
+    [folder] = files.list_dir(scratch)
+    assert folder.name == "d\udcffir"
+    assert folder.is_dir
+    small, large = os.urandom(100), os.urandom(READ_INLINE + 1)
+    files.write_bytes(f"{folder.path}/s\udcfe", small)
+    files.write_bytes(f"{folder.path}/l\udcfe", large)
+    files.write_bytes(f"{folder.path}/big\udcfe", b"x" * (WRITE_INLINE + 1))
+    names = {entry.name: entry for entry in files.list_dir(folder.path)}
+    assert sorted(names) == ["big\udcfe", "l\udcfe", "s\udcfe"]
+    assert files.read_bytes(names["s\udcfe"].path) == small
+    assert files.read_bytes(names["l\udcfe"].path) == large
+    assert b"".join(files.iter_bytes(names["l\udcfe"].path)) == large
+    assert files.read_bytes(names["big\udcfe"].path) == b"x" * (WRITE_INLINE + 1)
+    assert files.stat(names["l\udcfe"].path).size == len(large)
+    assert files.exists(names["s\udcfe"].path)
+    assert files.realpath(names["s\udcfe"].path) == names["s\udcfe"].path
+    files.make_dir(f"{folder.path}/sub\udcfd")
+    files.remove(names["s\udcfe"].path)
+    assert not files.exists(names["s\udcfe"].path)
+    on_disk = sh(files.session, 'ls "$1"/*', scratch).split(b"\n")
+    assert sorted(on_disk) == [b"", b"big\xfe", b"l\xfe", b"sub\xfd"]  # the real bytes

@@ -39,6 +39,13 @@ def test_module_names_become_distributions() -> None:
     assert requirements(names) == ["pillow", "numpy", "scikit-learn", "emoji==2.15.0"]
 
 
+def test_smolagents_wildcard_imports_are_accepted() -> None:
+    # smolagents' own form for "this package and its submodules".
+    assert requirements(["numpy.*", "PIL.*", "os.*", "pandas"]) == ["numpy", "pillow", "pandas"]
+    with pytest.raises(ValueError, match="not a package name"):
+        requirements(["numpy.*.linalg"])
+
+
 def test_requirements_are_kept_and_stable() -> None:
     names = [" yaml ", "bs4", "dateutil", "cv2", "requests[socks]", "Pillow", "pkg>=1,<2", ""]
     reqs = requirements(names)

@@ -791,6 +791,39 @@ def test_keep_alive_extends_a_sandbox_in_use_without_a_request_per_operation(
         assert 2 <= extensions <= 5 < operations
 
 
+def test_sessions_created_at_once_look_the_project_up_once(
+    lizard_counters: Any, sandbox_config: SandboxConfig, no_new_sandboxes: None
+) -> None:
+    import lizard.project
+
+    lizard.project._project_id_cache.clear()  # as in a fresh process
+    sessions = [Session(sandbox_config) for _ in range(8)]
+    try:
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda session: session.sandbox(), sessions))
+        routes = lizard_counters.counters()["routes"]
+        assert routes.get("POST /api/sandboxes") == 8
+        assert routes.get("GET /api/projects") == 1
+    finally:
+        for session in sessions:
+            session.destroy()
+
+
+def test_keep_alive_covers_one_operation_longer_than_the_lifetime(
+    lizard_counters: Any, sandbox_config: SandboxConfig
+) -> None:
+    from lizard_core.commands import run_command
+
+    with Session(sandbox_config.replace(lifetime_ms=3_000), keep_alive=True) as session:
+        result = run_command(session, ["sh", "-c", "sleep 7 && echo done"], timeout=30)
+        assert result.stdout == b"done\n"  # the sandbox outlived three lifetimes in one call
+        assert session.sandbox_id in lizard_counters.sandboxes()
+        extensions = count(lizard_counters, EXTEND)
+        assert 2 <= extensions <= 8  # about one per half lifetime while the call ran
+        time.sleep(1.0)
+        assert count(lizard_counters, EXTEND) == extensions  # idle: no more extensions
+
+
 def test_keep_alive_is_off_by_default(lizard_counters: Any, sandbox_config: SandboxConfig) -> None:
     with Session(sandbox_config.replace(lifetime_ms=2_000)) as session:
         sandbox = session.sandbox()

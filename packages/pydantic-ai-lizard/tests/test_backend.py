@@ -301,6 +301,35 @@ async def test_rejected_credentials_are_unavailable_without_the_key(
     assert backend.ref is None
 
 
+async def test_a_policy_refusal_says_what_the_platform_said_not_bad_credentials(
+    lizard_local: Any, make_backend: BackendFactory
+) -> None:
+    backend = make_backend(size="big")
+    lizard_local.inject_fault(CREATE, status=403, count=1)  # carries code INJECTED_FAULT
+    with pytest.raises(WorkspaceUnavailableError) as raised:
+        await backend.working_dir()
+    message = str(raised.value)
+    assert "HTTP 403, code INJECTED_FAULT" in message
+    assert "Set a valid LIZARD_API_KEY" not in message
+    assert lizard_local.api_key not in message
+    assert backend.ref is None
+
+
+@pytest.mark.parametrize("first", [True, False], ids=["first-run", "later-run"])
+async def test_a_command_over_the_argv_limit_is_e2big(
+    lizard_counters: Any, make_backend: BackendFactory, first: bool
+) -> None:
+    import errno
+
+    backend = make_backend()
+    if not first:
+        await backend.working_dir()
+    with pytest.raises(OSError, match="Argument list too long") as raised:
+        await backend.run("echo " + "x" * 1_900_000, shell=True)
+    assert raised.value.errno == errno.E2BIG  # the harness turns this into a retry hint
+    assert (await backend.run(["echo", "ok"])).stdout == "ok\n"
+
+
 # ── the request budget ───────────────────────────────────────────────────────
 
 

@@ -71,6 +71,18 @@ def test_invalid_fields_fail_at_construction(
     assert lizard_counters.counters()["total"] == 0
 
 
+def test_the_key_is_needed_by_a_run_not_by_the_capability(
+    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("LIZARD_API_KEY")
+    capability = LizardSandbox(size="mini")  # e.g. an agent defined at import time
+    with pytest.raises(ValueError, match="LIZARD_API_KEY"):
+        capability.get_workspace(_ctx(), ref=None)
+    with pytest.raises(ValueError, match="size"):
+        LizardSandbox(size="huge")  # every other field is still checked at once
+    assert lizard_counters.counters()["total"] == 0
+
+
 def test_repr_hides_the_key_and_environment() -> None:
     capability = LizardSandbox(api_key="liz_very_secret_key_123", env={"TOKEN": "hidden-value"})
     assert "liz_very_secret" not in repr(capability)

@@ -20,7 +20,8 @@ from smolagents_lizard._errors import (
     [
         core.SandboxGoneError(sandbox_id="sbx_1"),
         core.CredentialsError("Lizard rejected the API key (HTTP 401)."),
-        core.QuotaError("Limit reached", retry_after=30.0),
+        core.QuotaError("Payment required", url="https://lizard.build/billing"),
+        core.QuotaError("Limit reached", retry_after=3600.0),
         KernelUnavailableError("no python3"),
     ],
 )
@@ -68,3 +69,20 @@ def test_package_install_error_carries_pips_output() -> None:
     error = PackageInstallError(["emoji"], "ERROR: No matching distribution found for emoji\n")
     assert error.packages == ["emoji"]
     assert "Installing emoji in the sandbox failed; pip said:\nERROR: No matching" in str(error)
+
+
+def test_a_short_rate_limit_is_a_step_error_saying_when_to_retry() -> None:
+    error = core.QuotaError("Limit reached", retry_after=2.0, status_code=429)
+    with (
+        pytest.raises(StepError, match=r"HTTP 429\); retry after 2 s") as raised,
+        mapped_errors("running the step"),
+    ):
+        raise error
+    assert raised.value.__cause__ is error
+
+
+def test_the_end_of_the_run_says_each_thing_once() -> None:
+    with pytest.raises(SandboxUnavailableError) as raised, mapped_errors("running the step"):
+        raise core.SandboxGoneError(sandbox_id="sbx_1")
+    assert "expired). The agent run stops here." in str(raised.value)
+    assert ".." not in str(raised.value)

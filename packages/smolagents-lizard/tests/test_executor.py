@@ -420,6 +420,27 @@ def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(
     assert "Whether the code ran is unknown" in str(steps(agent)[1].error)
 
 
+def test_a_rate_limited_step_is_a_step_error_saying_when_to_retry(
+    run_agent: RunAgent, make_executor: MakeExecutor, local_server: Any
+) -> None:
+    def limit_then_reply() -> str:
+        local_server.inject_fault(
+            "POST /api/sandboxes/{id}/exec", status=429, count=1, retry_after_s=2
+        )
+        return code("print('refused')")
+
+    agent, result = run_agent(
+        code("kept = 'yes'"),
+        limit_then_reply,
+        code("final_answer(kept)"),
+        executor=make_executor(),
+    )
+    assert result == "yes"  # the sandbox was fine: the run went on
+    message = str(steps(agent)[1].error)
+    assert "HTTP 429" in message
+    assert "retry after 2 s" in message
+
+
 # ── requests ─────────────────────────────────────────────────────────────
 
 
@@ -501,6 +522,18 @@ def test_cleanup_is_idempotent_and_the_executor_closed(
         assert sandbox_id not in backend.server.sandboxes()
 
 
+def test_delete_is_cleanup_as_in_the_built_in_executors(
+    make_executor: MakeExecutor, local_server: Any
+) -> None:
+    executor = make_executor()
+    executor("x = 1")
+    sandbox_id = executor.sandbox_id
+    executor.delete()
+    assert sandbox_id not in local_server.sandboxes()
+    with pytest.raises(RuntimeError, match="closed"):
+        executor("x")
+
+
 def test_a_failed_deletion_keeps_the_handle_for_a_retry(
     make_executor: MakeExecutor, local_server: Any
 ) -> None:
@@ -577,6 +610,32 @@ def test_keep_alive_outlives_the_lifetime(make_executor: MakeExecutor) -> None:
     assert executor("'alive'").output == "'alive'"
 
 
+def test_keep_alive_covers_one_step_longer_than_the_lifetime(
+    make_executor: MakeExecutor,
+) -> None:
+    executor = make_executor(lifetime_ms=3000, keep_alive=True, command_timeout_ms=30_000)
+    result = executor("import time\ntime.sleep(7)\n'alive'")
+    assert result.output == "'alive'"
+    assert executor("'still'").output == "'still'"
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"lifetime_ms": 60_000, "command_timeout_ms": 120_000},
+        {"lifetime_ms": 60_000, "install_timeout_ms": 120_000},
+    ],
+)
+def test_a_timeout_the_lifetime_cannot_cover_is_refused(
+    kwargs: dict[str, Any], local_server: Any
+) -> None:
+    with pytest.raises(ValueError, match="longer than lifetime_ms"):
+        LizardExecutor(**kwargs)
+    # With keep-alive the lifetime is extended while a step runs, so the same is accepted.
+    LizardExecutor(**kwargs, keep_alive=True).cleanup()
+    assert local_server.counters()["total"] == 0
+
+
 @pytest.mark.parametrize("backend", [pytest.param("live", marks=LIVE)], indirect=True)
 def test_install_packages_makes_a_new_package_importable(make_executor: MakeExecutor) -> None:
     # Live only: installing from PyPI needs the network.
@@ -611,6 +670,13 @@ def test_bad_options_are_refused_before_any_request(
 ) -> None:
     with pytest.raises(error):
         LizardExecutor(**kwargs)
+    assert local_server.counters()["total"] == 0
+
+
+def test_smolagents_wildcard_imports_are_accepted(local_server: Any) -> None:
+    executor = LizardExecutor(additional_imports=["numpy.*", "PIL.*", "json.*"])
+    assert executor._pending_imports == ["numpy", "pillow"]
+    executor.cleanup()
     assert local_server.counters()["total"] == 0
 
 

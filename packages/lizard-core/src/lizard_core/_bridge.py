@@ -8,7 +8,9 @@ Contract:
   started, the task keeps waiting until the call has finished (its result or error is
   discarded; callers that must not lose it store it from inside ``fn``) and only then lets the
   cancellation propagate. Repeated cancellations while waiting do not cut the wait short.
-  This is what keeps a sandbox created during a cancelled ``await`` from leaking.
+  This is what keeps a sandbox created during a cancelled ``await`` from leaking. The wait
+  is shielded, so it sleeps until the call ends rather than spinning (an anyio scope would
+  otherwise re-deliver its cancellation at every checkpoint).
 - Works under asyncio (native ``Task.cancel()`` and anyio cancel scopes alike) and under trio
   (through anyio). Any other event loop, or no running loop, raises :class:`RuntimeError` at
   once with a message that says so.
@@ -26,6 +28,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import anyio
 import anyio.lowlevel
 import anyio.to_thread
 
@@ -96,15 +99,19 @@ async def _run_under_asyncio(call: Callable[[], T]) -> T:
 
 
 async def _wait_uncancellable(task: asyncio.Future[Any]) -> None:
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            # Still cancelled, still waiting: the started call must end before we leave. The
-            # first CancelledError is re-raised by the caller once the call is over.
-            continue
-        except BaseException:  # the outcome is read (and dropped) by the caller
-            return
+    # The shielded scope stops an anyio scope from re-delivering its cancellation at every
+    # await (which made this loop spin a core until the call ended); the loop still absorbs a
+    # native Task.cancel(), which no scope shields.
+    with anyio.CancelScope(shield=True):
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                # Still cancelled, still waiting: the started call must end before we leave.
+                # The first CancelledError is re-raised by the caller once the call is over.
+                continue
+            except BaseException:  # the outcome is read (and dropped) by the caller
+                return
 
 
 async def wait_done(future: concurrent.futures.Future[Any]) -> None:

@@ -37,11 +37,13 @@ commands and file operations of a session reuse one kept-alive connection. Contr
 from __future__ import annotations
 
 import base64
+import contextlib
 import gc
 import io
 import json
+import socket
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -116,8 +118,14 @@ class Transport:
         on_stdout: Callable[[str], None] | None = None,
         on_stderr: Callable[[str], None] | None = None,
         on_pid: Callable[[int], None] | None = None,
+        on_abortable: Callable[[Callable[[], None]], None] | None = None,
     ) -> ExecResult:
-        """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool."""
+        """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool.
+
+        ``on_abortable`` receives, once the response has started, a function that any thread
+        may call to cut the stream off (the reading thread then fails at once), so that a
+        caller that gave up on a stalled stream does not leave this thread reading it.
+        """
         body: dict[str, Any] = {"cmd": [str(a) for a in cmd]}
         if timeout_ms:
             body["timeoutMs"] = timeout_ms
@@ -135,7 +143,10 @@ class Transport:
             if not res.is_success:
                 res.read()
                 handle_api_error(res.status_code, res.text)
-            for raw in res.iter_lines():
+            cutter = _Cutter(res)
+            if on_abortable is not None:
+                on_abortable(cutter.cut)
+            for raw in cutter.lines():
                 if not raw.startswith("data:"):
                     continue
                 try:
@@ -257,3 +268,35 @@ class Transport:
             self._closed = True
         if client is not None:
             client.close()
+
+
+class _Cutter:
+    """Cuts a streamed response off from another thread, but only while it is being read.
+
+    Once its lines are all read, the connection goes back to the pool and may carry another
+    request: the lock keeps a late cut from shutting that one down. (A response left unread
+    is closed with its connection, so a cut after that finds a closed socket and does nothing.)
+    """
+
+    def __init__(self, response: httpx.Response) -> None:
+        self._response = response
+        self._lock = threading.Lock()
+        self._reading = True
+
+    def lines(self) -> Iterator[str]:
+        try:
+            yield from self._response.iter_lines()
+        finally:
+            with self._lock:
+                self._reading = False
+
+    def cut(self) -> None:
+        """Shut the socket down: a read blocked on it in another thread fails at once."""
+        with self._lock:
+            if not self._reading:
+                return
+            stream = self._response.extensions.get("network_stream")
+            sock = stream.get_extra_info("socket") if stream is not None else None
+            if isinstance(sock, socket.socket):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)

@@ -4,8 +4,10 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
 
 - **Form.** An argv sequence runs as is, with no shell (``PATH`` lookup for ``argv[0]``); a
   string needs ``shell=True`` and runs as ``/bin/sh -c <string>``. A mismatch is a TypeError;
-  an empty argv, NUL bytes, a relative ``cwd`` or a bad ``env`` a ValueError, all before any
-  request (and before a sandbox is created).
+  an empty argv, NUL bytes, a relative ``cwd`` or a bad ``env`` a ValueError, and a command
+  too large to start (one argument of :data:`ARG_MAX_ONE` bytes, or more than
+  :data:`ARGV_BUDGET` bytes to send) ``OSError(errno.E2BIG)`` as a local ``execve`` would
+  raise, all before any request (and before a sandbox is created).
 - **Working directory.** ``cwd`` must be an existing directory (else ``NotADirectoryError`` or
   ``FileNotFoundError``); with ``create_cwd=True`` a missing one is created first, like
   ``mkdir -p`` (a file in the way is ``NotADirectoryError``), in the same request.
@@ -63,7 +65,10 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import errno
+import json
 import math
+import os
 import posixpath
 import uuid
 import zlib
@@ -71,6 +76,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lizard_core._guest import program
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
 from lizard_core.files import CHUNK_SIZE
 from lizard_core.guest import (
@@ -88,6 +94,8 @@ from lizard_core.guest import (
 from lizard_core.session import Session
 
 __all__ = [
+    "ARGV_BUDGET",
+    "ARG_MAX_ONE",
     "DEADLINE_MARGIN_S",
     "DEFAULT_OUTPUT_LIMIT",
     "INPUT_INLINE",
@@ -115,6 +123,11 @@ INPUT_INLINE: Final = 512 * 1024
 """Bytes of ``input`` (with the command line: together at most this) carried in the exec's argv;
 more is uploaded first. Half the files' inline budget, leaving room for a long command line."""
 _EXEC_MARGIN_S: Final = 30.0
+ARG_MAX_ONE: Final = 128 * 1024
+"""Linux's limit for one argument or environment string, its NUL included (MAX_ARG_STRLEN)."""
+ARGV_BUDGET: Final = 2 * 1024 * 1024 - 128 * 1024
+"""Bytes of the guest's argv a command may take: Linux's 2 MiB for argv and environment
+together (ARG_MAX with the usual 8 MiB stack), less room for the sandbox's own environment."""
 
 OutputCallback = Callable[[bytes], object]
 
@@ -218,12 +231,36 @@ def _validate(
         raise TypeError("output_limit must be an int")
     if output_limit <= 0:
         raise ValueError("output_limit must be positive")
+    _check_argv_size(argv, env_dict, cwd)
     for name, callback in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
         if callback is not None and not callable(callback):
             raise TypeError(f"{name} must be callable or None")
     return _Spec(
         argv, cwd, create_cwd, env_dict, None if timeout is None else float(timeout), output_limit
     )
+
+
+def _too_long(what: str) -> OSError:
+    return OSError(errno.E2BIG, f"{os.strerror(errno.E2BIG)}: {what}")
+
+
+def _check_argv_size(argv: list[str], env: dict[str, str], cwd: str | None) -> None:
+    """Refuse, as ``execve`` would, a command that cannot be started in the sandbox.
+
+    Checked on the host before any request: otherwise the guest program itself could not start
+    (its request travels in argv, base64-encoded) or the command's ``execve`` would fail.
+    """
+    strings = [*argv, *(f"{key}={value}" for key, value in env.items())]
+    for text in strings:
+        if len(text.encode("utf-8", "surrogateescape")) >= ARG_MAX_ONE:
+            raise _too_long(f"one argument or variable has {ARG_MAX_ONE} bytes or more")
+    request = json.dumps({"argv": argv, "env": env, "cwd": cwd}, separators=(",", ":"))
+    carried = 4 * math.ceil(len(request) / 3) + len(program("agent"))
+    if carried > ARGV_BUDGET:
+        raise _too_long(
+            f"the command and its environment take {carried} bytes to send, over the "
+            f"{ARGV_BUDGET} that one exec can carry; pass large data through a file instead"
+        )
 
 
 def _execute(

@@ -23,15 +23,22 @@ Contract:
   these; :func:`translated` is the context manager that does it around a block of SDK calls and
   re-raises with ``raise ... from exc``. For credentials errors the chain is cut
   (``from None``) so that no provider text reaches a traceback.
+- A 2xx answer whose body the SDK cannot read (its ``KeyError``, ``JSONDecodeError``, ...;
+  see :data:`MALFORMED_ANSWER`) is a base :class:`LizardIntegrationError` from
+  :func:`malformed_answer` at the calls that parse a body (create, the liveness check).
 - No message contains an API key: every text taken from the SDK passes through
   :func:`lizard_core._redact.redact`, which also scrubs the chained SDK exception in place.
-- A 404 means "sandbox gone" here. An operation whose own target can be missing (reading a
-  file) must catch ``lizard.NotFoundError`` before translating.
+- A 404 means "sandbox gone" here, except for a create (``creating=True``), where no sandbox
+  existed yet. An operation whose own target can be missing (reading a file) must catch
+  ``lizard.NotFoundError`` before translating, and tell a missing target from a missing
+  sandbox by the platform's code (``SANDBOX_NOT_FOUND``), or without one by asking whether
+  the sandbox exists, never by the text, which may name a file called ``sandbox_notes.txt``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from typing import Final
@@ -42,6 +49,7 @@ import lizard
 from lizard_core._redact import redact
 
 __all__ = [
+    "MALFORMED_ANSWER",
     "CommandTimeoutError",
     "CredentialsError",
     "GuestProtocolError",
@@ -50,6 +58,7 @@ __all__ = [
     "QuotaError",
     "SandboxGoneError",
     "TransientError",
+    "malformed_answer",
     "translate",
     "translated",
 ]
@@ -227,6 +236,8 @@ def _from_status(
     status: int, message: str, *, code: str | None, sandbox_id: str | None
 ) -> LizardIntegrationError:
     """Map an HTTP status with an already redacted message."""
+    # The SDK's own prefix would repeat ours ("Lizard API error 503 ...: API error 503: ...").
+    message = message.removeprefix(f"API error {status}: ")
     if status in (401, 403):
         return _credentials(status, code)
     if status == 404:
@@ -263,12 +274,22 @@ def _credentials(status: int | None, code: str | None) -> CredentialsError:
     return CredentialsError(text + ".", status_code=status, code=code)
 
 
-def _translate_sdk(exc: lizard.LizardError, sandbox_id: str | None) -> LizardIntegrationError:
+def _translate_sdk(
+    exc: lizard.LizardError, sandbox_id: str | None, creating: bool
+) -> LizardIntegrationError:
     status = exc.status_code
     code = _safe_code(exc.code)
     if isinstance(exc, lizard.AuthenticationError):
         return _credentials(status if status in (401, 403) else 401, code)
     message = _detail(str(exc))
+    if creating and (status == 404 or isinstance(exc, lizard.NotFoundError)):
+        # No sandbox existed yet: what was not found is the project, template, snapshot, ...
+        return LizardIntegrationError(
+            f"Lizard could not create the sandbox (HTTP 404): {message or 'not found'}. "
+            "Check the project, template, region and snapshot asked for.",
+            status_code=404,
+            code=code,
+        )
     if isinstance(exc, lizard.PaymentRequiredError):
         return QuotaError(
             f"Payment required: {_detail(exc.message)}",
@@ -317,21 +338,38 @@ def _translate_httpx(exc: httpx.HTTPError | httpx.InvalidURL) -> LizardIntegrati
     return LizardIntegrationError(f"Unexpected answer from the Lizard API ({name}).")
 
 
-def translate(exc: BaseException, *, sandbox_id: str | None = None) -> LizardIntegrationError:
+def translate(
+    exc: BaseException, *, sandbox_id: str | None = None, creating: bool = False
+) -> LizardIntegrationError:
     """Return the :class:`LizardIntegrationError` for ``exc``.
 
     Accepts any lizard-sdk exception and any httpx error; a :class:`LizardIntegrationError` is
     returned as is. Anything else becomes a base :class:`LizardIntegrationError` naming its
-    type. ``sandbox_id`` names the sandbox in :class:`SandboxGoneError` messages. The result's
+    type. ``sandbox_id`` names the sandbox in :class:`SandboxGoneError` messages. With
+    ``creating`` (the failure of a create), a 404 is the base class naming what the create
+    asked for, not :class:`SandboxGoneError`: no sandbox existed to be gone. The result's
     message never contains an API key.
     """
     if isinstance(exc, LizardIntegrationError):
         return exc
     if isinstance(exc, lizard.LizardError):
-        return _translate_sdk(exc, sandbox_id)
+        return _translate_sdk(exc, sandbox_id, creating)
     if isinstance(exc, httpx.HTTPError | httpx.InvalidURL):
         return _translate_httpx(exc)
     return LizardIntegrationError(f"Unexpected error from the Lizard SDK ({type(exc).__name__}).")
+
+
+MALFORMED_ANSWER: Final = (KeyError, IndexError, TypeError, AttributeError, json.JSONDecodeError)
+"""What lizard-sdk raises when a 2xx answer's body is not what it expects (no ``sandboxId``,
+not JSON, a list for an object): catch these around an SDK call that parses a body."""
+
+
+def malformed_answer(call: str, exc: BaseException) -> LizardIntegrationError:
+    """The error for a 2xx answer to ``call`` whose body lizard-sdk could not read."""
+    return LizardIntegrationError(
+        f"Lizard answered the {call} with a body the SDK could not read "
+        f"({type(exc).__name__}); the answer cannot be trusted."
+    )
 
 
 _TRANSLATED_TYPES: Final = (lizard.LizardError, httpx.HTTPError, httpx.InvalidURL)
@@ -350,6 +388,7 @@ def translated(
     *,
     sandbox_id: str | None = None,
     passthrough: tuple[type[BaseException], ...] = (),
+    creating: bool = False,
 ) -> Iterator[None]:
     """Translate lizard-sdk and httpx exceptions raised in the block.
 
@@ -363,7 +402,7 @@ def translated(
     except _TRANSLATED_TYPES as exc:
         if passthrough and isinstance(exc, passthrough):
             raise
-        error = translate(exc, sandbox_id=sandbox_id)
+        error = translate(exc, sandbox_id=sandbox_id, creating=creating)
         if isinstance(error, CredentialsError):
             raise error from None
         _scrub_in_place(exc)

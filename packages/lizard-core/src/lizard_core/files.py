@@ -3,7 +3,11 @@
 Contract (proven against lizard-local in ``tests/test_files.py``):
 
 - **Paths** are absolute POSIX paths without NUL (else ValueError; a non-str is a TypeError),
-  checked before any request. Operations run as the sandbox's default user.
+  checked before any request. Operations run as the sandbox's default user. Every path
+  :meth:`SandboxFiles.list_dir` returns works with every operation: a name that is not UTF-8
+  comes back with surrogate escapes (as ``os.fsdecode`` gives it), and such a path, which the
+  files endpoint's query string cannot carry, is read through the guest (a job copy, then one
+  ``GET`` of it) instead.
 - **Errors** are the builtin ``OSError`` subclass for the errno the sandbox reported:
   FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError.
   FIFOs, sockets and devices fail with ``OSError(EINVAL)`` instead of blocking (on a platform
@@ -162,6 +166,18 @@ def _check_path(path: object) -> str:
     return path
 
 
+def _http_safe(path: str) -> bool:
+    """Whether the files endpoint can be asked for ``path`` (its query string is UTF-8).
+
+    A name that is not UTF-8 (listed as surrogate escapes) can only be reached through the guest.
+    """
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _check_data(data: object) -> bytes:
     if not isinstance(data, bytes | bytearray | memoryview):
         raise TypeError(f"data must be bytes, not {type(data).__name__}")
@@ -253,6 +269,8 @@ class SandboxFiles:
         return [FileStat._from_row(posixpath.join(base, row[0]), row) for row in rows]
 
     def _read_bytes(self, sandbox: Any, path: str) -> bytes:
+        if not _http_safe(path):
+            return next(self._iter_bytes(sandbox, path, whole=True))
         # One GET of the whole file; its body is returned as it is, never held twice.
         try:
             data = fetch_file(self._session, sandbox, path, headers_timeout=READ_GUARD_S)
@@ -279,6 +297,7 @@ class SandboxFiles:
             "zip": READ_COMPRESSED,
             # Larger than any file when ``whole``: the guest then copies nothing to a job file.
             "chunk": _WHOLE if whole else CHUNK_SIZE,
+            "copy": not _http_safe(path),
         }
         final = self._op(sandbox, request, on_frame=_data_frames(frames))
         if "n" in final:

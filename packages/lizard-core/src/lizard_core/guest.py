@@ -32,7 +32,9 @@ program run through :func:`run_guest` (commands, files, and the kernel client):
 - **Host-side deadline.** A guest that sends no frame, heartbeat included, for :data:`STALL_S`
   is dead or stuck; past the caller's ``deadline_s`` the call is over too. Either way the guest
   is killed (best effort, by a second exec) and :class:`~lizard_core.errors.GuestProtocolError`
-  raised, so a stuck guest cannot hang the host.
+  raised, so a stuck guest cannot hang the host. With ``session=``, a stream still open when
+  the call is over is cut off, so its reading thread ends with the call, not at the exec's
+  own timeout.
 - **Cancellation.** :class:`Cancellation` (set by the async wrappers when their task is
   cancelled) and any exception in the waiting thread (``KeyboardInterrupt``, a callback that
   raised) stop the guest: ``SIGTERM`` to the guest's pid by a second exec (the command agent
@@ -330,6 +332,8 @@ class _GuestCall:
         # Set when the stream is gone while the guest may still run: it is killed unless the
         # sandbox turns out to be gone.
         self.unobserved = False
+        # Cuts the stream off (set by the session's transport once the response started).
+        self.abort_stream: Callable[[], None] | None = None
 
     # runs in the stream thread
     def _stream(self) -> None:
@@ -340,7 +344,11 @@ class _GuestCall:
                 exec_ = (
                     self.sandbox.process.exec_
                     if self.session is None
-                    else functools.partial(self.session.transport().exec_stream, self.sandbox_id)
+                    else functools.partial(
+                        self.session.transport().exec_stream,
+                        self.sandbox_id,
+                        on_abortable=functools.partial(setattr, self, "abort_stream"),
+                    )
                 )
                 result = exec_(
                     self.argv,
@@ -356,6 +364,19 @@ class _GuestCall:
             self.events.put(("error", exc))
 
     def run(self) -> Frame:
+        try:
+            if self.session is None or not self.may_signal:
+                return self._run()
+            with self.session.in_use():  # keep-alive extends the lifetime while this runs
+                return self._run()
+        finally:
+            # A stream still open now (stalled, or lingering past its end frame) is cut off,
+            # so that its thread ends now rather than at the exec's own timeout.
+            abort = self.abort_stream
+            if abort is not None and not self.finished:
+                abort()
+
+    def _run(self) -> Frame:
         thread = threading.Thread(target=self._stream, name="lizard-core-guest", daemon=True)
         thread.start()
         if self.cancel is not None:
@@ -655,8 +676,9 @@ def fetch_file(
     """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
 
     One ``GET files`` request over the session's pooled connection, retried on transient
-    errors. A 404 that says the sandbox itself is gone raises
-    :class:`~lizard_core.errors.SandboxGoneError`, not None. ``headers_timeout`` bounds the
+    errors. A 404 that says the sandbox itself is gone (its code, or for a 404 without a code
+    one ``GET`` of the sandbox record) raises :class:`~lizard_core.errors.SandboxGoneError`,
+    not None. ``headers_timeout`` bounds the
     wait for the response's headers (see :meth:`Transport.read_bytes
     <lizard_core._transport.Transport.read_bytes>`): past it the request is abandoned and
     :class:`~lizard_core._transport.ReadAbandonedError` raised, without a retry.
@@ -673,8 +695,17 @@ def fetch_file(
         )
     except lizard.NotFoundError as exc:
         code = getattr(exc, "code", None)
-        if code == "SANDBOX_NOT_FOUND" or (code is None and "sandbox" in str(exc).lower()):
+        if code == "SANDBOX_NOT_FOUND":
             raise translate(exc, sandbox_id=sandbox_id) from None
+        if code is None:
+            # Without a code the text cannot tell (it may name /workspace/sandbox_notes.txt):
+            # one GET of the sandbox record does. If that fails too, say "no such file".
+            try:
+                session.check_alive()
+            except SandboxGoneError:
+                raise
+            except LizardIntegrationError:
+                pass
         return None
     return data
 

@@ -7,7 +7,8 @@ requirements) turns those names into pip requirements with :func:`requirements`,
 check against lizard-local):
 
 - **Names.** :func:`requirements` accepts module names (``PIL``, ``numpy.linalg``, ``*``) and
-  pip requirements (``emoji==2.15.0``, ``requests[socks]``) and returns pip requirements, in
+  pip requirements (``emoji==2.15.0``, ``requests[socks]``), and smolagents' wildcard form
+  (``numpy.*``, the package with its submodules), and returns pip requirements, in
   order, without duplicates: ``*`` and standard-library modules (the host Python's
   ``sys.stdlib_module_names``) are dropped, a submodule becomes its top-level package, and the
   few modules whose distribution has another name are mapped (``PIL`` -> ``pillow``,
@@ -104,6 +105,8 @@ def requirements(names: Iterable[str]) -> list[str]:
         if not isinstance(name, str):
             raise TypeError(f"Package names must be strings, got {type(name).__name__}.")
         name = name.strip()
+        if name.endswith(".*"):
+            name = name[:-2]  # smolagents' "numpy.*": the package and its submodules
         if name in ("", "*"):
             continue
         if _BARE.fullmatch(name):

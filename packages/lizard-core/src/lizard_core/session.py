@@ -11,8 +11,13 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   again.
 - **The id is never lost.** The create runs in a worker thread that records the sandbox on the
   session itself as soon as ``Sandbox.create`` returns. An ``await`` cancelled meanwhile waits
-  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and the
-  recorded sandbox is destroyed by :meth:`Session.destroy` like any other.
+  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and so does a
+  ``KeyboardInterrupt`` (Ctrl-C) during a synchronous first use; the recorded sandbox is
+  destroyed by :meth:`Session.destroy` like any other.
+- **A create is a create.** A 404 answering it is a base
+  :class:`~lizard_core.errors.LizardIntegrationError` naming what was not found (project,
+  template), not :class:`~lizard_core.errors.SandboxGoneError`; a 2xx answer the SDK cannot
+  read is one too (:func:`~lizard_core.errors.malformed_answer`), never a raw ``KeyError``.
 - **Attach never replaces.** With ``sandbox_id``, first use calls ``Sandbox.connect`` (one
   ``GET``); a killed or expired sandbox raises :class:`~lizard_core.errors.SandboxGoneError`
   (then and on every later use, without further requests) and nothing is created.
@@ -30,8 +35,10 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
 - **Keep-alive** (off by default). With ``keep_alive=True`` a use of the session that comes
   more than half a lifetime after the deadline was last set calls ``set_timeout(lifetime_ms)``
   first, so a sandbox in use does not expire and an idle one still does. That is at most one
-  extra request per half lifetime, never one per operation. Keep-alive is best effort: its
-  failures are logged and retried on a later use, never raised.
+  extra request per half lifetime, never one per operation. While an operation runs (every
+  guest call marks itself with :meth:`Session.in_use`), a thread extends the lifetime every
+  half lifetime as well, so one command or cell longer than the lifetime keeps its sandbox.
+  Keep-alive is best effort: its failures are logged and retried soon after, never raised.
 - **Is it still there?** :meth:`Session.check_alive` (and :meth:`Session.acheck_alive`) asks
   the platform with one ``GET /api/sandboxes/{id}``, not retried, whether the sandbox still
   exists. It belongs on failure paths: the guest layer calls it when an exec stream breaks or
@@ -58,29 +65,39 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   :meth:`Session.destroy` and :meth:`Session.close` close it. Lifecycle calls stay on the SDK.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
-``GET /api/projects`` that resolves the project reference); no read-back follows the create.
+``GET /api/projects`` that resolves the project reference, made once however many sessions
+create at the same moment); no read-back follows the create.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Final, TypeVar
 
 import anyio
 from lizard import Sandbox
+from lizard.config import ConnectionConfig
+from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
 from lizard_core._retry import RetryPolicy
 from lizard_core._transport import Transport
 from lizard_core.config import SandboxConfig
-from lizard_core.errors import LizardIntegrationError, SandboxGoneError, translated
+from lizard_core.errors import (
+    MALFORMED_ANSWER,
+    LizardIntegrationError,
+    SandboxGoneError,
+    malformed_answer,
+    translated,
+)
 
 __all__ = ["GONE_STATUSES", "RetryPolicy", "Session", "confirm_alive"]
 
@@ -91,6 +108,8 @@ _log = logging.getLogger(__name__)
 _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 # After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later.
 _KEEP_ALIVE_RETRY_S: Final = 15.0
+
+_PROJECT_LOOKUP: Final = threading.Lock()
 
 GONE_STATUSES: Final = frozenset({"failed", "stopped", "deleted", "killed", "expired"})
 """Statuses of a sandbox record that mean the sandbox is over: the SDK's terminal states
@@ -107,7 +126,10 @@ def confirm_alive(sandbox: Any) -> None:
     """
     sandbox_id = str(sandbox.sandbox_id)
     with translated(sandbox_id=sandbox_id):
-        info = sandbox.get_info()
+        try:
+            info = sandbox.get_info()
+        except MALFORMED_ANSWER as exc:
+            raise malformed_answer("sandbox lookup", exc) from exc
     status = getattr(info, "status", None)
     if isinstance(status, str) and status.lower() in GONE_STATUSES:
         raise SandboxGoneError(
@@ -173,6 +195,11 @@ class Session:
         # monotonic time at which keep-alive should next extend the lifetime
         self._extend_due: float | None = None
         self._transport: Transport | None = None  # the pooled client, made on first use
+        # Operations in flight (see in_use()), and the thread that keeps the sandbox alive
+        # while there are any.
+        self._in_flight = 0
+        self._keeper: threading.Thread | None = None
+        self._keeper_wake = threading.Condition(self._lock)
 
     # ── public state ─────────────────────────────────────────────────────
 
@@ -254,7 +281,7 @@ class Session:
             assert future is not None
             if owner:
                 try:
-                    sandbox = self._acquire(future)
+                    sandbox = self._acquire_uninterrupted(future)
                 finally:
                     self._release_unstarted(future)
                 break
@@ -338,6 +365,30 @@ class Session:
         future.set_result(sandbox)
         return sandbox
 
+    def _acquire_uninterrupted(self, future: concurrent.futures.Future[Any]) -> Any:
+        """Run :meth:`_acquire` in a worker thread and wait for it, Ctrl-C or not.
+
+        A ``KeyboardInterrupt`` raised into the create's HTTP read would lose the id of a
+        sandbox already made; in a worker thread the create completes and records it, and the
+        interrupt is raised here afterwards (a ``with`` block's exit then destroys it).
+        """
+
+        def acquire() -> None:
+            with contextlib.suppress(BaseException):  # the outcome is in ``future``
+                self._acquire(future)
+
+        threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
+        interrupted: BaseException | None = None
+        while True:
+            try:
+                concurrent.futures.wait([future])
+                break
+            except BaseException as exc:  # KeyboardInterrupt: wait for the create all the same
+                interrupted = interrupted or exc
+        if interrupted is not None:
+            raise interrupted
+        return future.result()
+
     def _open(self) -> Any:
         with self._lock:
             attach_id = self._sandbox_id
@@ -360,9 +411,13 @@ class Session:
 
         started = time.monotonic()
         # Never retried: a create that failed in transit may have made a sandbox whose id we
-        # would never learn; a second create would make another.
-        with translated():
-            sandbox = Sandbox.create(**self._config.create_kwargs())
+        # would never learn; a second create would make another. (So may one whose answer
+        # cannot be read: its sandbox, if any, ends with its lifetime.)
+        with translated(creating=True):
+            try:
+                sandbox = Sandbox.create(**self._create_kwargs())
+            except MALFORMED_ANSWER as exc:
+                raise malformed_answer("create", exc) from exc
         with self._lock:
             # Recorded here, in the worker thread, before anyone can cancel the result away.
             self._sandbox = sandbox
@@ -372,6 +427,19 @@ class Session:
                 self._extend_due = started + self._config.lifetime_ms / 2000
         _log.debug("created sandbox %s", sandbox.sandbox_id)
         return sandbox
+
+    def _create_kwargs(self) -> dict[str, Any]:
+        """The create's arguments with the project already resolved to its id.
+
+        The SDK caches the look-up (``GET /api/projects``), but sessions created at once all
+        miss that cache; resolving under one lock makes it one look-up for all of them.
+        """
+        kwargs = self._config.create_kwargs()
+        with _PROJECT_LOOKUP:
+            kwargs["project_id"] = resolve_project_id(
+                kwargs.pop("project"), ConnectionConfig(**self.api_kwargs())
+            )
+        return kwargs
 
     # ── liveness ─────────────────────────────────────────────────────────
 
@@ -521,6 +589,46 @@ class Session:
         else:
             self._extended(started, None)
 
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Mark an operation in flight for the duration of the block (no request).
+
+        With keep-alive, a thread extends the lifetime every half lifetime while any operation
+        is in flight, so that one call longer than the lifetime (a long command or cell) does
+        not see its sandbox expire under it. The thread ends when the last one does.
+        """
+        if not self._keep_alive:
+            yield
+            return
+        with self._lock:
+            self._in_flight += 1
+            if self._keeper is None:
+                self._keeper = threading.Thread(
+                    target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
+                )
+                self._keeper.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._keeper_wake.notify_all()
+
+    def _keep_alive_while_busy(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._in_flight == 0 or self._closed:
+                        self._keeper = None
+                        return
+                    now = time.monotonic()
+                    due = self._extend_due
+                    if self._sandbox is not None and due is not None and now >= due:
+                        sandbox = self._sandbox
+                        break
+                    self._keeper_wake.wait(None if due is None else max(due - now, 0.01))
+            self._maybe_extend(sandbox)
+
     # ── teardown ─────────────────────────────────────────────────────────
 
     def destroy(self) -> None:
@@ -555,6 +663,7 @@ class Session:
                     return
                 # From here on no new acquisition can start.
                 self._closed = True
+                self._keeper_wake.notify_all()
                 in_flight = self._acquiring
             if in_flight is not None:
                 concurrent.futures.wait([in_flight])

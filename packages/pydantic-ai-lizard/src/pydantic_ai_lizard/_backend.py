@@ -23,6 +23,7 @@ What holds (the rules of `pydantic_ai/workspaces/protocol.py`, and how they are 
 
 from __future__ import annotations
 
+import errno
 import posixpath
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -282,8 +283,10 @@ class LizardSandboxBackend(
                     output_limit=OUTPUT_LIMIT,
                 )
             except OSError as error:
-                if known is not None:
-                    raise  # the directory was removed since: the builtin error says so
+                if known is not None or error.errno == errno.E2BIG:
+                    # The directory was removed since, or the command is too long to start
+                    # (the harness asks the model for a shorter one): the builtin error says so.
+                    raise
                 raise WorkspaceError(
                     f"Could not create the working directory {self._configured_working_dir!r} "
                     f"in the Lizard sandbox: {error.strerror or error}"

@@ -7,6 +7,7 @@ use.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -30,6 +31,7 @@ from ._backend import (
 __all__ = ["LizardSandbox"]
 
 _VALIDATION_REF = WorkspaceRef(provider=PROVIDER, id="validation-only")
+_VALIDATION_KEY = "liz_validation_only"  # stands in for a key not set yet; never sent
 
 
 @dataclass(kw_only=True)
@@ -61,7 +63,9 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
     """Variables every command gets, also on an attached sandbox. Nothing is read from the host."""
 
     api_key: str | None = field(default=None, repr=False)
-    """Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host."""
+    """Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host. Like the project, it
+    is needed only when a run asks for its workspace: without one, that fails with `ValueError`
+    before any request."""
 
     api_url: str | None = None
     """Lizard API URL; `LIZARD_API_URL`, else the cloud. HTTPS except for loopback addresses."""
@@ -89,14 +93,22 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
             )
         # Validates every field; builds no sandbox and makes no request. Built as if attaching,
         # so that a missing project (needed only to create) does not refuse a capability used to
-        # reattach or destroy; a run that would create checks it in `get_workspace`.
-        self._backend(_VALIDATION_REF)
+        # reattach or destroy; a run that would create checks it in `get_workspace`. Likewise
+        # the key, as the harness's own sandboxes do: an agent may be defined before
+        # LIZARD_API_KEY is set, and a run without one fails in `get_workspace`, before any
+        # request.
+        key = self.api_key
+        if key is None and not os.environ.get("LIZARD_API_KEY"):
+            key = _VALIDATION_KEY
+        self._backend(_VALIDATION_REF, api_key=key)
 
-    def _backend(self, ref: WorkspaceRef | None) -> LizardSandboxBackend:
+    def _backend(
+        self, ref: WorkspaceRef | None, *, api_key: str | None = None
+    ) -> LizardSandboxBackend:
         return LizardSandboxBackend(
             ref=ref,
             project_id=self.project_id,
-            api_key=self.api_key,
+            api_key=api_key if api_key is not None else self.api_key,
             size=self.size,
             lifetime_ms=self.lifetime_ms,
             working_dir=self.working_dir,

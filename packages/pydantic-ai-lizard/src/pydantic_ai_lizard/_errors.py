@@ -4,8 +4,10 @@ Contract (from `pydantic_ai/workspaces/protocol.py`):
 
 - a sandbox that is gone (destroyed, expired, never existed), and credentials or billing that no
   retry can fix, are `WorkspaceUnavailableError`; the provider's text for a rejected key is never
-  passed on. A sandbox destroyed under a running command or file operation is included:
-  lizard_core checks the sandbox when a stream breaks and raises `SandboxGoneError` then;
+  passed on. A 403 with a platform code is a policy refusal (the key was accepted) and says so,
+  naming the code; a 401, or a 403 without a code, points at the key. A sandbox destroyed
+  under a running command or file operation is included: lizard_core checks the sandbox when a
+  stream breaks and raises `SandboxGoneError` then;
 - a command past its `timeout` is `WorkspaceTimeoutError` and one past its output cap is
   `WorkspaceOutputLimitError`, both carrying the partial output decoded like a result;
 - a guest program that died or stalled in a live sandbox is a `WorkspaceError`;
@@ -45,6 +47,26 @@ def _gone_message(sandbox_id: str | None) -> str:
     )
 
 
+def _refusal(error: core.CredentialsError) -> str:
+    """What a 401/403 means, from its status and code only: provider text can echo a key."""
+    if error.status_code == 403 and error.code:
+        # A policy refusal (a size the plan does not allow, ...): the key itself was accepted.
+        return (
+            f"Lizard refused the request (HTTP 403, code {error.code}): the account or its plan "
+            "does not allow it. Change what was asked (size, region, template, ...) or the "
+            "account's plan; the API key was accepted."
+        )
+    if error.status_code == 403:
+        return (
+            "Lizard refused this action for the API key (HTTP 403). Check that LIZARD_API_KEY "
+            "(or api_key=) may use the project in LIZARD_PROJECT_ID (or project_id=)."
+        )
+    return (
+        "Lizard rejected the credentials (HTTP 401). Set a valid LIZARD_API_KEY (and "
+        "LIZARD_PROJECT_ID) on the host, or pass api_key= and project_id=."
+    )
+
+
 def translate(
     error: core.LizardIntegrationError, *, sandbox_id: str | None, output_limit: int
 ) -> BaseException:
@@ -52,11 +74,7 @@ def translate(
     if isinstance(error, core.SandboxGoneError):
         return WorkspaceUnavailableError(_gone_message(sandbox_id))
     if isinstance(error, core.CredentialsError):
-        # Fixed wording: provider text for a rejected key can echo the key.
-        return WorkspaceUnavailableError(
-            "Lizard rejected the credentials. Set a valid LIZARD_API_KEY (and LIZARD_PROJECT_ID) "
-            "on the host, or pass api_key= and project_id=."
-        )
+        return WorkspaceUnavailableError(_refusal(error))
     if isinstance(error, core.QuotaError):
         if error.retry_after is not None:
             return error  # a rate limit: a later retry can succeed

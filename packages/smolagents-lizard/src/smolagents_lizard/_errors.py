@@ -6,8 +6,11 @@ Contract:
   ``StepError``: an ``AgentError``, so code that caught the 0.1.0
   package's ``AgentError`` still does. ``CodeAgent`` wraps it in ``AgentExecutionError``, which logs
   it; ``StepError`` itself does not log, so each error is printed once.
-- A sandbox that is gone (deleted, expired), credentials that are refused, an exhausted quota,
-  or a kernel that cannot start cannot be fixed by the model. smolagents 1.26 turns every
+- A rate limit (HTTP 429) whose ``retry_after`` is at most :data:`RATE_LIMIT_STEP_S` is a
+  ``StepError`` that says when to retry: the sandbox is fine and the run goes on.
+- A sandbox that is gone (deleted, expired), credentials that are refused, an exhausted quota
+  (402, or a 429 without a short ``retry_after``), or a kernel that cannot start cannot be fixed
+  by the model. smolagents 1.26 turns every
   ``Exception`` raised by an executor into a step error and lets the model try again until
   ``max_steps``, so ``SandboxUnavailableError`` derives from ``BaseException`` (as
   ``KeyboardInterrupt`` does): it ends ``agent.run`` at once, with the lizard_core error as its
@@ -54,13 +57,24 @@ class PackageInstallError(RuntimeError):
         self.output = output
 
 
-# The model cannot fix these, and every later step would fail the same way.
+# The model cannot fix these, and every later step would fail the same way. A QuotaError is
+# among them unless it is a rate limit that lifts within RATE_LIMIT_STEP_S.
 _FATAL = (
     core_errors.SandboxGoneError,
     core_errors.CredentialsError,
     core_errors.QuotaError,
     KernelUnavailableError,
 )
+
+RATE_LIMIT_STEP_S = 60.0
+"""A 429 whose ``retry_after`` is at most this many seconds is a step error, not the run's end."""
+
+
+def _unavailable(exc: BaseException, doing: str) -> SandboxUnavailableError:
+    return SandboxUnavailableError(
+        f"The Lizard sandbox can no longer run code ({type(exc).__name__} while {doing}): "
+        f"{str(exc).rstrip('.')}. The agent run stops here."
+    )
 
 
 @contextmanager
@@ -71,11 +85,19 @@ def mapped_errors(doing: str) -> Iterator[None]:
     """
     try:
         yield
-    except _FATAL as exc:
-        raise SandboxUnavailableError(
-            f"The Lizard sandbox can no longer run code ({type(exc).__name__} while {doing}): "
-            f"{exc}. The agent run stops here."
+    except core_errors.QuotaError as exc:
+        wait = exc.retry_after
+        if wait is None or wait > RATE_LIMIT_STEP_S:
+            raise _unavailable(exc, doing) from exc
+        # A rate limit that lifts soon: the sandbox is fine and the refused request did not
+        # run; the model's next step comes later than that anyway.
+        raise StepError(
+            f"Lizard refused a request while {doing}: rate limited (HTTP 429); retry after "
+            f"{wait:g} s. A refused request did not run; if the step's code was already sent, "
+            "check the state you need before running it again."
         ) from exc
+    except _FATAL as exc:
+        raise _unavailable(exc, doing) from exc
     except (core_errors.TransientError, core_errors.GuestProtocolError) as exc:
         raise StepError(
             f"The connection to the sandbox failed while {doing} ({exc}). Whether the code ran "

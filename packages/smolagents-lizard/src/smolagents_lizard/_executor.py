@@ -17,11 +17,14 @@ What this module maps, and what it leaves to the base class:
   its state was lost. A kernel found dead or replaced while checking or installing packages is
   handled the same way, and the model is told on the next step. A sandbox that is gone ends the
   run (``SandboxUnavailableError``).
-- ``cleanup()`` deletes a sandbox the executor created (an attached one is left running); so
-  does dropping the executor without it, or the process exiting, as a last resort. When a
-  deletion fails the handle is kept so ``cleanup()`` can be retried; while another exception is
-  propagating (the one that ended the run), the failure is logged and noted on that exception
-  instead of replacing it.
+- ``cleanup()`` (and its alias ``delete()``, as the built-in executors have) deletes a sandbox
+  the executor created (an attached one is left running); so does dropping the executor
+  without it, or the process exiting, as a last resort. When a deletion fails the handle is
+  kept so ``cleanup()`` can be retried; while another exception is propagating (the one that
+  ended the run), the failure is logged and noted on that exception instead of replacing it.
+  Otherwise it is raised, unlike the built-in executors, which log it and go on: a sandbox
+  that could not be deleted keeps running (and billing) until its lifetime ends, and a caller
+  who asked for the deletion must learn that it did not happen.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ _log = logging.getLogger(__name__)
 
 INTEGRATION: Final = "smolagents"
 MAX_STEP_TIMEOUT_MS: Final = 3_600_000
+DEFAULT_INSTALL_TIMEOUT_MS: Final = 600_000
 
 _MANAGED_AGENTS_REFUSED: Final = (
     "LizardExecutor does not support managed agents ({names}): a managed agent needs the host "
@@ -103,9 +107,14 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     ``envs`` (environment variables for the sandbox, e.g. secrets that tools need; nothing from
     the host is copied otherwise), ``internet_access`` and ``allowed_hosts``, ``sandbox_id``
     (attach to a running sandbox and leave it running at cleanup), ``keep_alive`` (extend the
-    lifetime while steps run), ``install_timeout_ms`` (pip, separate from the step timeout),
-    ``max_print_outputs_length`` (log cap per step, characters), ``max_final_answer_bytes`` and
-    ``live_logs_after`` (seconds before a running step's output is shown live; None: never).
+    lifetime while steps run, also during one step longer than the lifetime),
+    ``install_timeout_ms`` (pip, separate from the step timeout; default 10 minutes, or the
+    lifetime if shorter), ``max_print_outputs_length`` (log cap per step, characters),
+    ``max_final_answer_bytes`` and ``live_logs_after`` (seconds before a running step's output
+    is shown live; None: never).
+
+    Without ``keep_alive`` (and without ``sandbox_id``), a step or install timeout longer than
+    ``lifetime_ms`` is a ValueError: the sandbox would expire before such a step could end.
 
     Use it as a context manager, or call ``cleanup()`` (``CodeAgent`` does on exit).
     """
@@ -128,7 +137,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         allowed_hosts: Sequence[str] | None = None,
         sandbox_id: str | None = None,
         keep_alive: bool = False,
-        install_timeout_ms: int = 600_000,
+        install_timeout_ms: int | None = None,
         max_print_outputs_length: int = 50_000,
         max_final_answer_bytes: int = 16_000_000,
         live_logs_after: float | None = 2.0,
@@ -143,7 +152,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             raise TypeError("additional_imports must be a list of package names, not a str")
         imports = requirements(additional_imports or [])
         _check_ms("command_timeout_ms", command_timeout_ms, MAX_STEP_TIMEOUT_MS)
-        _check_ms("install_timeout_ms", install_timeout_ms, MAX_STEP_TIMEOUT_MS)
+        if install_timeout_ms is not None:
+            _check_ms("install_timeout_ms", install_timeout_ms, MAX_STEP_TIMEOUT_MS)
         _check_positive_int("max_print_outputs_length", max_print_outputs_length)
         _check_positive_int("max_final_answer_bytes", max_final_answer_bytes)
         if live_logs_after is not None:
@@ -167,6 +177,11 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             integration=INTEGRATION,
             integration_version=_version(),
         )
+        if install_timeout_ms is None:
+            install_timeout_ms = min(DEFAULT_INSTALL_TIMEOUT_MS, lifetime_ms)
+        if not keep_alive and sandbox_id is None:
+            _check_covered("command_timeout_ms", command_timeout_ms, lifetime_ms)
+            _check_covered("install_timeout_ms", install_timeout_ms, lifetime_ms)
         session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
         super().__init__(imports, logger or AgentLogger(), allow_pickle=False)
         self._session = session
@@ -333,6 +348,10 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             return
         self._closed = True
 
+    def delete(self) -> None:
+        """Alias of :meth:`cleanup`, as smolagents' built-in executors have it."""
+        self.cleanup()
+
     # ── internals ────────────────────────────────────────────────────────
 
     def _check_open(self) -> None:
@@ -457,6 +476,16 @@ def _check_positive_int(name: str, value: object) -> None:
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
     if value <= 0:
         raise ValueError(f"{name} must be positive; got {value}")
+
+
+def _check_covered(name: str, value: int, lifetime_ms: int) -> None:
+    # Without keep-alive the sandbox expires lifetime_ms after its create, whatever runs.
+    if value > lifetime_ms:
+        raise ValueError(
+            f"{name} ({value} ms) is longer than lifetime_ms ({lifetime_ms} ms): the sandbox "
+            "would expire before such a step could end. Raise lifetime_ms, lower the timeout, "
+            "or pass keep_alive=True (which extends the lifetime while a step runs)."
+        )
 
 
 def _check_ms(name: str, value: object, maximum: int) -> None:

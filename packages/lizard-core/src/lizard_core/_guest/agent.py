@@ -274,6 +274,8 @@ def op_run(req: Frame) -> Frame:
             **options,
         )
     except OSError as exc:
+        if exc.errno == errno.E2BIG:
+            raise  # the builtin error on the host, as a local execve gives it
         code = 127 if exc.errno == errno.ENOENT else 126
         why = "command not found" if code == 127 else exc.strerror
         message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
@@ -568,7 +570,9 @@ def op_read(req: Frame) -> Frame:
             emit_data("d", data)
             return {"n": len(data)}
         result: Frame = {"size": size, "id": identity(st)}
-        if size > req["chunk"]:
+        # "copy": the host cannot name this path to the files endpoint (not UTF-8), so it
+        # fetches a job copy instead, even of a file that fits one chunk.
+        if size > req["chunk"] or req.get("copy"):
             out = os.path.join(job_dir(req), "chunk")
             result["part"] = [out, copy_range(handle, out, req["chunk"])]
         return result
