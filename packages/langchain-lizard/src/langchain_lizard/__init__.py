@@ -1,11 +1,18 @@
-"""LangChain agents' shell commands in Lizard Sandboxes.
+"""LangChain Deep Agents' shell and file tools in Lizard Sandboxes.
 
-``LizardTool`` runs a command in a sandbox and returns its output; wrap it
-in LangChain's tool type (see ``_tool.py``). Built on ``lizard_core``: this
-package never talks to the Lizard API itself.
+``LizardSandbox`` is a Deep Agents ``BaseSandbox`` backend: pass it to
+``create_deep_agent(backend=...)`` and the agent's ``execute``, ``ls``, ``read_file``,
+``write_file``, ``edit_file``, ``grep`` and ``glob`` tools run in a Firecracker microVM. Built on
+``lizard_core``: this package never talks to the Lizard API itself.
 """
 
-from ._errors import LizardToolError, SandboxUnavailableError
-from ._tool import CommandOutput, LizardTool
+from ._errors import LizardSandboxError, SandboxUnavailableError
+from ._sandbox import DEFAULT_TEMPLATE, DEFAULT_TIMEOUT, LizardSandbox
 
-__all__ = ["CommandOutput", "LizardTool", "LizardToolError", "SandboxUnavailableError"]
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "DEFAULT_TIMEOUT",
+    "LizardSandbox",
+    "LizardSandboxError",
+    "SandboxUnavailableError",
+]

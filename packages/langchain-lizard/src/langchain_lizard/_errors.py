@@ -1,59 +1,66 @@
-"""The one place that maps ``lizard_core`` errors onto what LangChain expects.
+"""The one place that maps ``lizard_core`` errors onto what Deep Agents expects.
 
 Contract:
 
+- Deep Agents' file protocol wants per-file results: :func:`file_error` turns the builtin
+  ``OSError`` a file operation raised into its ``FileOperationError`` code (``file_not_found``,
+  ``is_directory``, ``permission_denied``, ``invalid_path``), or the error's own text when no
+  code fits.
 - A sandbox that is gone (destroyed, expired), a rejected API key and an exhausted quota cannot
-  be fixed by trying again: :class:`SandboxUnavailableError`. A rate limit that says when to
-  retry is not exhausted: it is a :class:`LizardToolError` like other failures that may pass.
-- A command that timed out or passed the output limit is a :class:`LizardToolError` carrying the
-  partial output, decoded like a result; so is every other ``lizard_core`` error (transient API
-  failures above all), with the ``lizard_core`` error as its ``__cause__``.
+  be fixed by the agent or by trying again: :class:`SandboxUnavailableError`, raised, never
+  folded into a per-file result. A rate limit that says when to retry is not exhausted: it is a
+  :class:`LizardSandboxError`, like every other ``lizard_core`` failure (transient API failures
+  above all), with the ``lizard_core`` error as its ``__cause__``.
+- A command's timeout and output limit are results, not errors (see ``_sandbox.py``).
 - Messages never contain the API key: ``lizard_core``'s errors are redacted already, and a
   rejected key gets a fixed message.
-
-Replace the two classes with LangChain's own error types where it has them
-(the error it expects from a tool, the one that ends a run), and keep this module the only
-place that maps them.
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lizard_core import errors as core
 
-__all__ = ["LizardToolError", "SandboxUnavailableError", "decode_output", "tool_errors"]
+__all__ = ["LizardSandboxError", "SandboxUnavailableError", "file_error", "sandbox_errors"]
 
 
-class LizardToolError(Exception):
-    """A command could not be run to completion; trying again may work.
-
-    ``stdout`` and ``stderr`` hold the output produced before a timeout or the output limit
-    stopped the command (empty otherwise).
-    """
-
-    def __init__(self, message: str, *, stdout: str = "", stderr: str = "") -> None:
-        super().__init__(message)
-        self.stdout = stdout
-        self.stderr = stderr
+class LizardSandboxError(RuntimeError):
+    """An operation could not reach the sandbox or finish there; trying again may work."""
 
 
-class SandboxUnavailableError(Exception):
+class SandboxUnavailableError(LizardSandboxError):
     """The sandbox cannot be used any more.
 
-    It is gone, or Lizard refuses the credentials or the quota. Build a new tool (with valid
+    It is gone, or Lizard refuses the credentials or the quota. Build a new backend (with valid
     credentials) to go on.
     """
 
 
-def decode_output(data: bytes) -> str:
-    """Decode a command's output for the model: invalid UTF-8 becomes U+FFFD, never dropped."""
-    return data.decode("utf-8", errors="replace")
+_CODES = {
+    errno.ENOENT: "file_not_found",
+    errno.ENOTDIR: "file_not_found",  # a component of the path is a file: nothing is there
+    errno.EISDIR: "is_directory",
+    errno.EACCES: "permission_denied",
+    errno.EPERM: "permission_denied",
+    errno.EROFS: "permission_denied",
+    errno.EINVAL: "invalid_path",  # a FIFO, socket or device: not a file to transfer
+    errno.ENAMETOOLONG: "invalid_path",
+}
+
+
+def file_error(error: OSError) -> str:
+    """The ``FileOperationError`` code for ``error``, or its text when no code fits."""
+    code = _CODES.get(error.errno or 0)
+    if code is not None:
+        return code
+    return error.strerror or str(error) or type(error).__name__
 
 
 @contextmanager
-def tool_errors() -> Iterator[None]:
+def sandbox_errors() -> Iterator[None]:
     """Re-raise any ``lizard_core`` error inside the block as the module docstring says."""
     try:
         yield
@@ -68,14 +75,10 @@ def tool_errors() -> Iterator[None]:
         ) from error
     except core.QuotaError as error:
         if error.retry_after is not None:
-            raise LizardToolError(
+            raise LizardSandboxError(
                 f"Lizard is rate limiting requests; retry in {error.retry_after:g} s: {error}"
             ) from error
         where = f" Open {error.url} to resolve it." if error.url else ""
         raise SandboxUnavailableError(f"Lizard refused the request: {error}.{where}") from error
-    except (core.CommandTimeoutError, core.OutputLimitError) as error:
-        raise LizardToolError(
-            str(error), stdout=decode_output(error.stdout), stderr=decode_output(error.stderr)
-        ) from error
     except core.LizardIntegrationError as error:
-        raise LizardToolError(f"The command failed in the Lizard sandbox: {error}") from error
+        raise LizardSandboxError(f"The Lizard sandbox operation failed: {error}") from error
