@@ -1,7 +1,6 @@
-"""The shared adapter contract (``lizard_local.contract``) for ``LizardTool``.
+"""The shared adapter contract (``lizard_local.contract``) for ``LizardSandbox``.
 
-The async face is the one under test: cancelling ``arun``'s task must stop the command. A tool
-for a blocking framework passes ``run`` and ``close`` instead (Ctrl-C is then the cancellation).
+The async face is the one under test: cancelling ``aexecute``'s task must stop the command.
 """
 
 from __future__ import annotations
@@ -11,28 +10,28 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from deepagents.backends.protocol import ExecuteResponse
 
-from langchain_lizard import CommandOutput, LizardTool
-from langchain_lizard._errors import LizardToolError, SandboxUnavailableError
+from langchain_lizard import LizardSandbox, LizardSandboxError, SandboxUnavailableError
 from lizard_local.contract import AdapterContract, ExpectedErrors
 
 
-def make_tool(**kwargs: Any) -> LizardTool:
-    return LizardTool(lifetime_ms=300_000, **kwargs)
+def make_backend(**kwargs: Any) -> LizardSandbox:
+    return LizardSandbox(lifetime_ms=300_000, **kwargs)
 
 
-async def run_python(tool: LizardTool, code: str) -> CommandOutput:
-    return await tool.arun(f"python3 -c {shlex.quote(code)}")
+async def run_python(backend: LizardSandbox, code: str) -> ExecuteResponse:
+    return await backend.aexecute(f"python3 -c {shlex.quote(code)}")
 
 
-async def close(tool: LizardTool) -> None:
-    await tool.aclose()
+async def close(backend: LizardSandbox) -> None:
+    await backend.aclose()
 
 
-class TestLizardToolContract(AdapterContract):
+class TestLizardSandboxContract(AdapterContract):
     @pytest.fixture
     def make_adapter(self) -> Callable[..., Any]:
-        return make_tool
+        return make_backend
 
     @pytest.fixture
     def run_python(self) -> Callable[[Any, str], object]:
@@ -47,5 +46,5 @@ class TestLizardToolContract(AdapterContract):
         return ExpectedErrors(
             sandbox_gone=SandboxUnavailableError,
             credentials_rejected=SandboxUnavailableError,
-            transient=LizardToolError,
+            transient=LizardSandboxError,
         )

@@ -1,11 +1,14 @@
-"""Each ``lizard_core`` error kind maps to the tool error the module docstring promises."""
+"""Each ``lizard_core`` error kind and ``OSError`` maps to what the module docstring promises."""
 
 from __future__ import annotations
 
+import errno
+import os
+
 import pytest
 
-from langchain_lizard import LizardToolError, SandboxUnavailableError
-from langchain_lizard._errors import tool_errors
+from langchain_lizard import LizardSandboxError, SandboxUnavailableError
+from langchain_lizard._errors import file_error, sandbox_errors
 from lizard_core import errors as core
 
 
@@ -15,32 +18,45 @@ from lizard_core import errors as core
         (core.SandboxGoneError(), SandboxUnavailableError),
         (core.CredentialsError("rejected"), SandboxUnavailableError),
         (core.QuotaError("pay", url="https://lizard.build/billing"), SandboxUnavailableError),
-        (core.QuotaError("slow down", retry_after=2.0), LizardToolError),
-        (core.TransientError("503"), LizardToolError),
-        (core.GuestProtocolError("cut short"), LizardToolError),
-        (core.LizardIntegrationError("400"), LizardToolError),
+        (core.QuotaError("slow down", retry_after=2.0), LizardSandboxError),
+        (core.TransientError("503"), LizardSandboxError),
+        (core.GuestProtocolError("cut short"), LizardSandboxError),
+        (core.LizardIntegrationError("400"), LizardSandboxError),
     ],
 )
-def test_each_kind_maps_to_its_tool_error(
+def test_each_kind_maps_to_its_error(
     error: core.LizardIntegrationError, expected: type[Exception]
 ) -> None:
-    with pytest.raises(expected) as caught, tool_errors():
+    with pytest.raises(expected) as caught, sandbox_errors():
         raise error
+    assert type(caught.value) is expected
     assert caught.value.__cause__ is error
 
 
-def test_partial_output_is_kept_and_decoded() -> None:
-    with pytest.raises(LizardToolError) as caught, tool_errors():
-        raise core.CommandTimeoutError(stdout=b"partial \xff", stderr=b"err")
-    assert (caught.value.stdout, caught.value.stderr) == ("partial \ufffd", "err")
-
-
 def test_a_rejected_key_gets_a_fixed_message() -> None:
-    with pytest.raises(SandboxUnavailableError) as caught, tool_errors():
+    with pytest.raises(SandboxUnavailableError) as caught, sandbox_errors():
         raise core.CredentialsError("provider text")
     assert "provider text" not in str(caught.value)
 
 
-def test_other_exceptions_pass_unchanged() -> None:
-    with pytest.raises(KeyError), tool_errors():
-        raise KeyError("not ours")
+def test_file_errors_pass_through_for_per_file_results() -> None:
+    with pytest.raises(FileNotFoundError), sandbox_errors():
+        raise FileNotFoundError(errno.ENOENT, "No such file or directory", "/x")
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        (errno.ENOENT, "file_not_found"),
+        (errno.ENOTDIR, "file_not_found"),
+        (errno.EISDIR, "is_directory"),
+        (errno.EACCES, "permission_denied"),
+        (errno.EPERM, "permission_denied"),
+        (errno.EROFS, "permission_denied"),
+        (errno.EINVAL, "invalid_path"),
+        (errno.ENAMETOOLONG, "invalid_path"),
+        (errno.ENOSPC, os.strerror(errno.ENOSPC)),
+    ],
+)
+def test_os_errors_become_file_operation_codes(code: int, expected: str) -> None:
+    assert file_error(OSError(code, os.strerror(code), "/x")) == expected

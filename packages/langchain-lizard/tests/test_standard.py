@@ -58,9 +58,7 @@ class TestLizardSandboxStandard(SandboxIntegrationTests):
         super().test_write_existing_file_fails(sandbox_backend, sandbox_test_root)
 
     @_GLOB_07
-    def test_glob(
-        self, sandbox_backend: SandboxBackendProtocol, sandbox_test_root: str
-    ) -> None:
+    def test_glob(self, sandbox_backend: SandboxBackendProtocol, sandbox_test_root: str) -> None:
         super().test_glob(sandbox_backend, sandbox_test_root)
 
     @_GLOB_07

@@ -232,6 +232,9 @@ class LizardSandbox(BaseSandbox):
     @property
     def id(self) -> str:
         """The sandbox's id; creates (or attaches to) the sandbox if no operation has yet."""
+        known = self._session.sandbox_id
+        if known is not None:
+            return known
         with sandbox_errors():
             return str(self._session.sandbox().sandbox_id)
 
