@@ -1,25 +1,55 @@
-"""``LizardTool`` in the Lizard cloud: run with ``nox -s live`` (``-m live``).
+"""The standard suite and a Deep Agents agent against the Lizard cloud.
 
-Needs ``LIZARD_LIVE_TESTS=1``, ``LIZARD_API_KEY`` and ``LIZARD_PROJECT_ID``; creates one short-lived
-sandbox and destroys it. Offline runs deselect it (``-m "not live"``).
+Runs only with LIZARD_LIVE_TESTS=1 and LIZARD_API_KEY / LIZARD_PROJECT_ID set (``nox -s live``);
+it creates short-lived billed sandboxes and destroys every one. The account comes from
+lizard-local's pytest plugin (``lizard_cloud``) and is passed to each backend explicitly.
 """
 
 from __future__ import annotations
 
-from langchain_lizard import CommandOutput, LizardTool
+from collections.abc import Iterator
+
+import pytest
+from deepagents import create_deep_agent
+from deepagents.backends.protocol import SandboxBackendProtocol
+from standard_suite import LizardStandardSuite
+from test_deepagents import SCRIPT, _agent_model, _tool_results
+
+from langchain_lizard import LizardSandbox
 from lizard_local.pytest_plugin import LIVE, Cloud
 
-pytestmark = list(LIVE)
+pytestmark = [*LIVE, pytest.mark.enable_socket]
+
+# Short-lived on purpose: a lost connection cannot leave a sandbox billing for long.
+_LIFETIME_MS = 900_000
 
 
-def test_a_command_runs_in_a_cloud_sandbox(lizard_cloud: Cloud) -> None:
-    tool = LizardTool(
-        api_key=lizard_cloud.api_key,
-        project_id=lizard_cloud.project_id,
-        api_url=lizard_cloud.api_url,
-        lifetime_ms=120_000,
-    )
-    with tool:
-        assert tool.run("echo hello") == CommandOutput(0, "hello\n", "")
-        sandbox_id = tool.sandbox_id
-    assert sandbox_id is not None
+@pytest.fixture
+def cloud_backend(lizard_cloud: Cloud) -> Iterator[LizardSandbox]:
+    with LizardSandbox(lifetime_ms=_LIFETIME_MS, **lizard_cloud.connection) as backend:
+        yield backend
+
+
+class TestLizardCloudStandard(LizardStandardSuite):
+    @pytest.fixture(scope="class")
+    def sandbox(self, lizard_cloud: Cloud) -> Iterator[SandboxBackendProtocol]:
+        with LizardSandbox(lifetime_ms=_LIFETIME_MS, **lizard_cloud.connection) as backend:
+            yield backend
+
+
+def test_a_deep_agent_works_in_a_cloud_sandbox(cloud_backend: LizardSandbox) -> None:
+    agent = create_deep_agent(model=_agent_model(), backend=cloud_backend)
+    state = agent.invoke({"messages": [{"role": "user", "content": "Print Fibonacci numbers."}]})
+    assert "0 1 1 2 3 5 8 13 21 34" in _tool_results(state["messages"])["r"]
+    assert cloud_backend.download_files([SCRIPT])[0].error is None
+
+
+async def test_attaching_by_id_leaves_a_cloud_sandbox_running(
+    cloud_backend: LizardSandbox, lizard_cloud: Cloud
+) -> None:
+    await cloud_backend.aupload_files([("/tmp/kept.txt", b"kept")])
+    async with LizardSandbox(
+        sandbox_id=cloud_backend.id, api_key=lizard_cloud.api_key, api_url=lizard_cloud.api_url
+    ) as attached:
+        assert (await attached.adownload_files(["/tmp/kept.txt"]))[0].content == b"kept"
+    assert (await cloud_backend.aexecute("cat /tmp/kept.txt")).output == "kept"
