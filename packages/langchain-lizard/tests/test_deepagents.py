@@ -95,7 +95,10 @@ def test_every_tool_works_on_both_templates(lizard_local: LocalServer, template:
         assert [(m["path"], m["line"]) for m in grep.matches] == [("/workspace/src/app.py", 2)]
         glob = backend.glob("**/*.py", "/workspace")
         assert glob.matches is not None
-        assert [m["path"] for m in glob.matches] == ["/workspace/src/app.py"]
+        # deepagents 0.7 returns absolute paths, 0.6 paths relative to the search root.
+        assert [m["path"] for m in glob.matches] == [
+            "/workspace/src/app.py" if WRITE_REPLACES else "src/app.py"
+        ]
         assert backend.delete("/workspace/src/app.py").error is None
         assert backend.execute("python3 --version").exit_code == 0
 
