@@ -1,19 +1,11 @@
 """The one place that maps ``lizard_core`` errors onto what Deep Agents expects.
 
-Contract:
-
-- Deep Agents' file protocol wants per-file results: :func:`file_error` turns the builtin
-  ``OSError`` a file operation raised into its ``FileOperationError`` code (``file_not_found``,
-  ``is_directory``, ``permission_denied``, ``invalid_path``), or the error's own text when no
-  code fits.
-- A sandbox that is gone (destroyed, expired), a rejected API key and an exhausted quota cannot
-  be fixed by the agent or by trying again: :class:`SandboxUnavailableError`, raised, never
-  folded into a per-file result. A rate limit that says when to retry is not exhausted: it is a
-  :class:`LizardSandboxError`, like every other ``lizard_core`` failure (transient API failures
-  above all), with the ``lizard_core`` error as its ``__cause__``.
-- A command's timeout and output limit are results, not errors (see ``_sandbox.py``).
-- Messages never contain the API key: ``lizard_core``'s errors are redacted already, and a
-  rejected key gets a fixed message.
+- :func:`file_error` turns a file operation's ``OSError`` into Deep Agents' per-file code
+  (``file_not_found``, ``is_directory``, ``permission_denied``, ``invalid_path``), or its text.
+- A gone sandbox, a rejected key or an exhausted quota: :class:`SandboxUnavailableError`, raised.
+  Anything else from ``lizard_core`` (transient failures, a rate limit that says when to retry):
+  :class:`LizardSandboxError`. The ``lizard_core`` error is the ``__cause__``; no message holds
+  the API key (a rejected key gets a fixed one).
 """
 
 from __future__ import annotations
@@ -32,11 +24,7 @@ class LizardSandboxError(RuntimeError):
 
 
 class SandboxUnavailableError(LizardSandboxError):
-    """The sandbox cannot be used any more.
-
-    It is gone, or Lizard refuses the credentials or the quota. Build a new backend (with valid
-    credentials) to go on.
-    """
+    """The sandbox is gone, or Lizard refuses the credentials or the quota: build a new backend."""
 
 
 _CODES = {

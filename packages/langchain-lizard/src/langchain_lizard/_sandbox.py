@@ -1,36 +1,27 @@
 """``LizardSandbox``: a Deep Agents ``BaseSandbox`` backend on ``lizard_core``.
 
-Deep Agents' ``BaseSandbox`` derives ``ls``, ``read``, ``write``, ``edit``, ``grep``, ``glob`` and
-``delete`` from :meth:`~LizardSandbox.execute` and the two file transfers; this class provides
-those, and overrides ``write`` so that it is one request.
+``BaseSandbox`` derives ``ls``, ``read``, ``write``, ``edit``, ``grep`` and ``glob`` from
+``execute`` and the file transfers, which this class provides. Contract (proven against
+lizard-local in ``tests/``, LangChain's standard sandbox suite included):
 
-Contract (proven against lizard-local in ``tests/``, LangChain's standard sandbox suite
-included):
-
-- **No I/O until first use.** Building a backend checks every argument (``TypeError`` /
-  ``ValueError``) and makes no request. The first operation creates the sandbox (one
-  ``POST /api/sandboxes``), or attaches to the one given (one ``GET``).
-- **Who owns the sandbox.** A sandbox this backend created is destroyed by :meth:`close`
-  (and leaving a ``with`` block). One it attached to (``sandbox_id=``, or a ``lizard.Sandbox``
-  passed as in 0.1.0) keeps running; :meth:`kill` destroys either. A sandbox that is gone
-  raises :class:`~langchain_lizard.SandboxUnavailableError`; it is never replaced.
-- **Commands.** One request each. ``execute`` runs the command under ``/bin/sh`` with stderr
-  joined to stdout, so ``output`` keeps the order the command wrote in; a non-zero exit is a
-  result. A command that outlives its timeout is stopped and returns its partial output with exit
-  code 124; one whose output passes the output limit is stopped and returns the output kept with
+- **No I/O until first use.** Building checks every argument (``TypeError`` / ``ValueError``)
+  and makes no request; the first operation creates the sandbox or attaches to the one given.
+- **Ownership.** :meth:`close` (and leaving ``with``) destroys a sandbox this backend created and
+  leaves one it attached to (``sandbox_id=``, or a ``lizard.Sandbox`` as in 0.1.0) running;
+  :meth:`kill` destroys either. A gone sandbox is ``SandboxUnavailableError``, never replaced.
+- **Commands**, one request each, run under ``/bin/sh`` with stderr joined to stdout, so the
+  output keeps the order it was written in; a non-zero exit is a result. A timeout returns the
+  partial output with exit code 124; passing the output limit returns the output kept with
   ``truncated=True``. Output is never cut silently.
-- **Files.** ``upload_files`` / ``download_files`` return one result per path, in input order:
-  ``invalid_path`` for a relative path (no request), ``file_not_found``, ``is_directory``,
-  ``permission_denied`` as the sandbox reports them, exact bytes, parents created. Each small
-  file is one request. A gone sandbox, rejected credentials or an exhausted quota are raised,
-  never returned per file.
-- **Cost of the derived tools.** ``ls``, ``read``, ``write``, ``grep``, ``glob`` and ``edit``
-  (up to Deep Agents' 50 KB inline edit) are one request each.
-- **Async.** ``aexecute`` and the async transfers run on ``lizard_core``'s async face (the
-  blocking SDK in a worker thread per call, awaited to its end); cancelling ``aexecute``'s task
-  stops the command's process group.
-- **Credentials.** The API key stays on the host: nothing from the host's environment enters
-  the sandbox except ``envs``.
+- **Files.** One result per path, in input order: ``invalid_path`` for a relative path (no
+  request), ``file_not_found``, ``is_directory``, ``permission_denied``; exact bytes; parents
+  created; one request per small file. Gone sandboxes, rejected credentials and exhausted quotas
+  are raised, never returned per file.
+- **Cost.** ``ls``, ``read``, ``write`` (deepagents 0.7), ``grep``, ``glob`` and ``edit`` (up to
+  Deep Agents' 50 KB inline edit) are one request each.
+- **Async** methods run on ``lizard_core``'s async face (the blocking SDK in a worker thread per
+  call, awaited to its end); cancelling ``aexecute`` stops the command's process group.
+- **Credentials** stay on the host: nothing from its environment enters the sandbox but ``envs``.
 """
 
 from __future__ import annotations
@@ -38,7 +29,6 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from importlib import metadata
-from types import TracebackType
 from typing import Any, Final
 
 from deepagents.backends.protocol import (
@@ -55,6 +45,7 @@ from lizard_core.errors import CommandTimeoutError, OutputLimitError
 from lizard_core.files import SandboxFiles
 from lizard_core.sdk_sandbox import session_for_sdk_sandbox
 from lizard_core.session import Session
+from lizard_core.transfers import aread_each, awrite_each, read_each, write_each
 
 from ._errors import file_error, sandbox_errors
 
@@ -104,54 +95,23 @@ def _check_command(command: object) -> list[str]:
     return [*_JOINED, command]
 
 
-def _invalid(path: object) -> bool:
-    if not isinstance(path, str):
-        raise TypeError(f"paths must be str, not {type(path).__name__}")
-    return not path.startswith("/") or "\0" in path
-
-
-def _check_uploads(files: object) -> list[tuple[str, bytes]]:
-    if not isinstance(files, Sequence) or isinstance(files, str | bytes):
-        raise TypeError("files must be a list of (path, bytes) pairs")
-    checked: list[tuple[str, bytes]] = []
-    for item in files:
-        if not isinstance(item, tuple | list) or len(item) != 2:
-            raise TypeError("files must be a list of (path, bytes) pairs")
-        path, content = item
-        _invalid(path)
-        if not isinstance(content, bytes | bytearray | memoryview):
-            raise TypeError(f"the content of {path!r} must be bytes, not {type(content).__name__}")
-        checked.append((path, bytes(content)))
-    return checked
-
-
-def _check_downloads(paths: object) -> list[str]:
-    if not isinstance(paths, Sequence) or isinstance(paths, str | bytes):
-        raise TypeError("paths must be a list of str")
-    for path in paths:
-        _invalid(path)
-    return list(paths)
-
-
 class LizardSandbox(BaseSandbox):
     """A Deep Agents sandbox backend that runs commands and files in a Lizard sandbox.
 
-    Create one (``LizardSandbox()``), attach to a running sandbox (``sandbox_id=...``), or wrap
-    a ``lizard.Sandbox`` from lizard-sdk as in 0.1.0 (``LizardSandbox(sandbox)``). See the module
-    docstring for the contract.
+    ``LizardSandbox()`` creates one on first use, ``LizardSandbox(sandbox_id=...)`` attaches to a
+    running one, ``LizardSandbox(sandbox)`` wraps a ``lizard.Sandbox`` (0.1.0's form).
 
     Args:
-        sandbox: A ``lizard.Sandbox`` to use (0.1.0's form); the caller keeps owning it.
+        sandbox: A ``lizard.Sandbox`` to use; the caller keeps owning it.
         timeout: Default seconds a command may run (0: only the platform's limit).
-        sandbox_id: Id of a running sandbox to attach to; it keeps running after :meth:`close`.
-        api_key: Lizard API key; ``LIZARD_API_KEY`` when None. It stays on the host.
-        api_url: Lizard API URL; ``LIZARD_API_URL``, else the cloud. HTTPS except on loopback.
-        project_id: Lizard project id, slug or name; ``LIZARD_PROJECT_ID`` when None.
-        template: Template to create the sandbox from (default ``interpreter``).
-        size: Machine size, or None for the platform's default.
-        lifetime_ms: Lifetime of a created sandbox; when it ends the sandbox and its files are
-            gone. None: lizard_core's default (15 minutes).
-        envs: Environment variables of a created sandbox; nothing else is copied from the host.
+        sandbox_id: Id of a running sandbox to attach to; :meth:`close` leaves it running.
+        api_key: Lizard API key (else ``LIZARD_API_KEY``); it stays on the host.
+        api_url: Lizard API URL (else ``LIZARD_API_URL``, else the cloud).
+        project_id: Lizard project id, slug or name (else ``LIZARD_PROJECT_ID``).
+        template: Template of a created sandbox (default ``interpreter``).
+        size: Machine size of a created sandbox (default: the platform's).
+        lifetime_ms: Lifetime of a created sandbox (default: lizard_core's 15 minutes).
+        envs: Environment variables of a created sandbox; nothing is copied from the host.
         metadata: Labels recorded on a created sandbox.
         internet_access: False creates the sandbox without internet.
         allowed_hosts: With no internet, the hosts that stay reachable.
@@ -270,23 +230,13 @@ class LizardSandbox(BaseSandbox):
     def __enter__(self) -> LizardSandbox:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     async def __aenter__(self) -> LizardSandbox:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
     # ── commands ─────────────────────────────────────────────────────────
@@ -295,11 +245,7 @@ class LizardSandbox(BaseSandbox):
         return self._timeout if timeout is None else _check_timeout(timeout)
 
     def execute(self, command: str, *, timeout: int | None = None) -> ExecuteResponse:
-        """Run ``command`` with ``/bin/sh -c``; stdout and stderr joined in the order written.
-
-        ``timeout`` overrides the backend's default for this command (0: no limit but the
-        platform's).
-        """
+        """Run ``command`` with ``/bin/sh -c``; ``timeout`` overrides the backend's default."""
         argv, limit = _check_command(command), self._limit(timeout)
         with sandbox_errors():
             try:
@@ -308,9 +254,7 @@ class LizardSandbox(BaseSandbox):
                 )
             except (CommandTimeoutError, OutputLimitError) as stopped:
                 return _stopped(stopped)
-        return ExecuteResponse(
-            output=_text(result.stdout + result.stderr), exit_code=result.exit_code
-        )
+        return ExecuteResponse(_text(result.stdout + result.stderr), result.exit_code)
 
     async def aexecute(
         self,
@@ -327,66 +271,33 @@ class LizardSandbox(BaseSandbox):
                 )
             except (CommandTimeoutError, OutputLimitError) as stopped:
                 return _stopped(stopped)
-        return ExecuteResponse(
-            output=_text(result.stdout + result.stderr), exit_code=result.exit_code
-        )
+        return ExecuteResponse(_text(result.stdout + result.stderr), result.exit_code)
 
     # ── files ────────────────────────────────────────────────────────────
 
     def upload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Write each ``(path, bytes)`` (parents created); one result per file, in order."""
-        return [self._upload(path, content) for path, content in _check_uploads(files)]
-
-    def _upload(self, path: str, content: bytes) -> FileUploadResponse:
-        if _invalid(path):
-            return FileUploadResponse(path=path, error="invalid_path")
-        try:
-            with sandbox_errors():
-                self._files.write_bytes(path, content)
-        except OSError as failure:
-            return FileUploadResponse(path=path, error=file_error(failure))
-        return FileUploadResponse(path=path)
+        with sandbox_errors():
+            done = write_each(self._files, files)
+        return [FileUploadResponse(path=t.path, error=_code(t.error)) for t in done]
 
     async def aupload_files(self, files: list[tuple[str, bytes]]) -> list[FileUploadResponse]:
         """Async :meth:`upload_files`."""
-        return [await self._aupload(path, content) for path, content in _check_uploads(files)]
-
-    async def _aupload(self, path: str, content: bytes) -> FileUploadResponse:
-        if _invalid(path):
-            return FileUploadResponse(path=path, error="invalid_path")
-        try:
-            with sandbox_errors():
-                await self._files.awrite_bytes(path, content)
-        except OSError as failure:
-            return FileUploadResponse(path=path, error=file_error(failure))
-        return FileUploadResponse(path=path)
+        with sandbox_errors():
+            done = await awrite_each(self._files, files)
+        return [FileUploadResponse(path=t.path, error=_code(t.error)) for t in done]
 
     def download_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         """Read each path's exact bytes; one result per path, in order."""
-        return [self._download(path) for path in _check_downloads(paths)]
-
-    def _download(self, path: str) -> FileDownloadResponse:
-        if _invalid(path):
-            return FileDownloadResponse(path=path, error="invalid_path")
-        try:
-            with sandbox_errors():
-                return FileDownloadResponse(path=path, content=self._files.read_bytes(path))
-        except OSError as failure:
-            return FileDownloadResponse(path=path, error=file_error(failure))
+        with sandbox_errors():
+            done = read_each(self._files, paths)
+        return [FileDownloadResponse(t.path, t.data, _code(t.error)) for t in done]
 
     async def adownload_files(self, paths: list[str]) -> list[FileDownloadResponse]:
         """Async :meth:`download_files`."""
-        return [await self._adownload(path) for path in _check_downloads(paths)]
-
-    async def _adownload(self, path: str) -> FileDownloadResponse:
-        if _invalid(path):
-            return FileDownloadResponse(path=path, error="invalid_path")
-        try:
-            with sandbox_errors():
-                content = await self._files.aread_bytes(path)
-        except OSError as failure:
-            return FileDownloadResponse(path=path, error=file_error(failure))
-        return FileDownloadResponse(path=path, content=content)
+        with sandbox_errors():
+            done = await aread_each(self._files, paths)
+        return [FileDownloadResponse(t.path, t.data, _code(t.error)) for t in done]
 
     # ── one request where BaseSandbox spends two ─────────────────────────
 
@@ -409,6 +320,10 @@ class LizardSandbox(BaseSandbox):
 def _text(data: bytes) -> str:
     """A command's output for the model: invalid UTF-8 becomes U+FFFD, never dropped."""
     return data.decode("utf-8", errors="replace")
+
+
+def _code(error: OSError | None) -> str | None:
+    return None if error is None else file_error(error)
 
 
 def _written(path: str, response: FileUploadResponse) -> WriteResult:
