@@ -152,8 +152,8 @@ def tests_sdk_0_1(session: nox.Session) -> None:
 def workspace(session: nox.Session) -> None:
     """Cross-package tests: lockstep versions, packaging, docs snippets, the adapter kit."""
     session.install(*_group("test"), "build", "hatchling>=1.27")
-    for package in PACKAGES:
-        session.install("-e", _path(package))
+    # One install for all: an adapter that sorts before lizard-core needs it from this checkout.
+    session.install(*[arg for package in PACKAGES for arg in ("-e", _path(package))])
     session.run("pytest", "tests", *session.posargs)
 
 
@@ -201,10 +201,12 @@ def demo(session: nox.Session) -> None:
     """Run every adapter's example: against lizard-local with scripted models, or the cloud when
     LIZARD_API_KEY is set."""
     examples = sorted(ROOT.glob("packages/*/examples/*.py"))
+    editable = []
     for package in PACKAGES:
         extras = PACKAGES[package].get("demo-extras", [])
         assert isinstance(extras, list)
-        session.install("-e", _path(package) + (f"[{','.join(extras)}]" if extras else ""))
+        editable += ["-e", _path(package) + (f"[{','.join(extras)}]" if extras else "")]
+    session.install(*editable)  # in one go, so lizard-core comes from this checkout for all
     if not examples:
         session.log("No adapter examples yet: nothing to demo.")
         return
@@ -218,10 +220,11 @@ def bench(session: nox.Session) -> None:
     """Benchmarks against the 0.1.0 packages on lizard-local; writes docs/performance.md.
 
     This session's environment holds this repository's packages (and lizard-local, which serves
-    both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0 and
-    pydantic-ai-lizard 0.1.0 from PyPI with the lizard-sdk 0.1.x they pin, and the same
-    smolagents and pydantic-ai-slim versions. Arguments after `--` go to shared/bench/run.py:
-    `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`, `--output FILE`.
+    both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0,
+    pydantic-ai-lizard 0.1.0 and langchain-lizard 0.1.0 from PyPI with the lizard-sdk 0.1.x they
+    pin, and the same smolagents, pydantic-ai-slim and deepagents versions. Arguments after `--`
+    go to shared/bench/run.py: `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`,
+    `--output FILE`.
     """
     uv = shutil.which("uv") or session.error("uv is required: python -m pip install uv")
     ours = [arg for package in PACKAGES for arg in ("-e", _path(package))]
@@ -230,7 +233,8 @@ def bench(session: nox.Session) -> None:
     # 0.1.0's executor run the `pip install` of final_answer's requirements it runs in the cloud.
     session.install(*ours, "ipykernel", "jupyter_client", "pip", "numpy", "pillow", "certifi")
     pins = "from importlib.metadata import version as v; " + "; ".join(
-        f"print('{name}==' + v('{name}'))" for name in ("smolagents", "pydantic-ai-slim")
+        f"print('{name}==' + v('{name}'))"
+        for name in ("smolagents", "pydantic-ai-slim", "deepagents")
     )
     frameworks = session.run("python", "-c", pins, silent=True)
     assert isinstance(frameworks, str)
@@ -248,6 +252,7 @@ def bench(session: nox.Session) -> None:
         reference_python,
         "smolagents-lizard==0.1.0",
         "pydantic-ai-lizard==0.1.0",
+        "langchain-lizard==0.1.0",
         *frameworks.split(),
         external=True,
     )

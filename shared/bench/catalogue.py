@@ -6,8 +6,10 @@ environment has none of this repository's packages).
 Each operation is a user-visible call through an adapter's public API, run the same way against
 the 0.1.0 packages and against this repository's: workspace operations through
 ``pydantic_ai_lizard.LizardSandboxBackend``, executor operations through
-``smolagents_lizard.LizardExecutor``. Probes are raw HTTP requests (no adapter) that price a new
-connection against a reused one; they run in this repository's environment only.
+``smolagents_lizard.LizardExecutor``, Deep Agents operations through
+``langchain_lizard.LizardSandbox`` wrapping a ``lizard.Sandbox`` (0.1.0's constructor). Probes
+are raw HTTP requests (no adapter) that price a new connection against a reused one; they run in
+this repository's environment only.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "probe"]
+Kind = Literal["workspace", "executor", "deepagents", "probe"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,9 @@ OPERATIONS: Final = (
         "executor",
         True,
     ),
+    Operation("deepagents_execute", "Deep Agents `execute('true')`", "deepagents"),
+    Operation("deepagents_upload_1k", "Deep Agents `upload_files`, 1 KiB", "deepagents"),
+    Operation("deepagents_download_1k", "Deep Agents `download_files`, 1 KiB", "deepagents"),
 )
 
 PROBES: Final = (

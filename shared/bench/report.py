@@ -449,7 +449,9 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "published 0.1.0 packages and for this repository's, in one run against one lizard-local "
         "server. Both sides run the same benchmark code through the adapters' public APIs "
         "(`pydantic_ai_lizard.LizardSandboxBackend` for workspace operations, "
-        "`smolagents_lizard.LizardExecutor` for executor operations), over HTTPS because 0.1.0 "
+        "`smolagents_lizard.LizardExecutor` for executor operations, "
+        "`langchain_lizard.LizardSandbox` on a `lizard.Sandbox` for Deep Agents operations), "
+        "over HTTPS because 0.1.0 "
         "requires it, trusting certifi's roots plus lizard-local's CA as a client of the cloud "
         "would.",
         "",
