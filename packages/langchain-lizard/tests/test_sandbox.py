@@ -211,6 +211,10 @@ def test_close_destroys_a_created_sandbox_and_may_be_repeated(lizard_local: Loca
     sandbox_id = backend.id  # reading the id creates the sandbox
     assert sandbox_id == backend.sandbox_id
     assert sandbox_id in lizard_local.sandboxes()
+    sdk = lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url)
+    record = sdk.get_info()
+    assert record.template == "interpreter"  # 0.1.0's examples' template is the default
+    assert (record.metadata or {}).get("integration") == "langchain"
     backend.close()
     assert sandbox_id not in lizard_local.sandboxes()
     backend.close()

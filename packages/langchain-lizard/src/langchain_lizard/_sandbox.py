@@ -169,6 +169,7 @@ class LizardSandbox(BaseSandbox):
                 integration_version=_version(),
             )
         else:
+            creation["template"] = DEFAULT_TEMPLATE if template is None else template
             config = SandboxConfig.from_env(
                 api_key=api_key,
                 api_url=api_url,
@@ -177,8 +178,6 @@ class LizardSandbox(BaseSandbox):
                 integration_version=_version(),
                 **{name: value for name, value in creation.items() if value is not None},
             )
-            if "template" not in given:
-                config = config.replace(template=DEFAULT_TEMPLATE)
             self._session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
         self._files = SandboxFiles(self._session)
 
