@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 from deepagents import create_deep_agent
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, ToolMessage
+from scripted_agent import PROGRAM, SCRIPT, agent_model, tool_results
 
 from langchain_lizard import LizardSandbox
 from langchain_lizard._sandbox import WRITE_REPLACES
@@ -122,42 +121,10 @@ def test_glob_returns_absolute_paths_of_files_as_deepagents_0_7_does(
 # ── an agent ─────────────────────────────────────────────────────────────
 
 
-class ScriptedModel(GenericFakeChatModel):
-    """Replies with the scripted messages in turn; tools are bound by Deep Agents, not used."""
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:  # type: ignore[override]
-        return self
-
-
-def _call(name: str, call_id: str, **args: Any) -> AIMessage:
-    return AIMessage(content="", tool_calls=[{"name": name, "args": args, "id": call_id}])
-
-
-SCRIPT = "/workspace/fib.py"
-PROGRAM = "a, b = 0, 1\nfor _ in range(10):\n    print(a, end=' ')\n    a, b = b, a + b\n"
-
-
-def _agent_model() -> ScriptedModel:
-    return ScriptedModel(
-        messages=iter(
-            [
-                _call("write_file", "w", file_path=SCRIPT, content=PROGRAM),
-                _call("execute", "x", command=f"python3 {SCRIPT} | tee /workspace/out.txt"),
-                _call("read_file", "r", file_path="/workspace/out.txt"),
-                AIMessage(content="The first ten Fibonacci numbers are printed above."),
-            ]
-        )
-    )
-
-
-def _tool_results(messages: list[Any]) -> dict[str, str]:
-    return {m.tool_call_id: str(m.content) for m in messages if isinstance(m, ToolMessage)}
-
-
 def test_a_deep_agent_writes_runs_and_reads_a_file_in_the_sandbox(backend: LizardSandbox) -> None:
-    agent = create_deep_agent(model=_agent_model(), backend=backend)
+    agent = create_deep_agent(model=agent_model(), backend=backend)
     state = agent.invoke({"messages": [{"role": "user", "content": "Print Fibonacci numbers."}]})
-    results = _tool_results(state["messages"])
+    results = tool_results(state["messages"])
     assert "0 1 1 2 3 5 8 13 21 34" in results["x"]
     assert "0 1 1 2 3 5 8 13 21 34" in results["r"]
     assert backend.download_files([SCRIPT])[0].content == PROGRAM.encode()
@@ -165,8 +132,8 @@ def test_a_deep_agent_writes_runs_and_reads_a_file_in_the_sandbox(backend: Lizar
 
 
 async def test_a_deep_agent_runs_asynchronously(abackend: LizardSandbox) -> None:
-    agent = create_deep_agent(model=_agent_model(), backend=abackend)
+    agent = create_deep_agent(model=agent_model(), backend=abackend)
     state = await agent.ainvoke({"messages": [{"role": "user", "content": "Fibonacci, async."}]})
-    results = _tool_results(state["messages"])
+    results = tool_results(state["messages"])
     assert "0 1 1 2 3 5 8 13 21 34" in results["x"]
     assert "0 1 1 2 3 5 8 13 21 34" in results["r"]

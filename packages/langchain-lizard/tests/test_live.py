@@ -12,8 +12,8 @@ from collections.abc import Iterator
 import pytest
 from deepagents import create_deep_agent
 from deepagents.backends.protocol import SandboxBackendProtocol
+from scripted_agent import SCRIPT, agent_model, tool_results
 from standard_suite import LizardStandardSuite
-from test_deepagents import SCRIPT, _agent_model, _tool_results
 
 from langchain_lizard import LizardSandbox
 from lizard_local.pytest_plugin import LIVE, Cloud
@@ -38,9 +38,9 @@ class TestLizardCloudStandard(LizardStandardSuite):
 
 
 def test_a_deep_agent_works_in_a_cloud_sandbox(cloud_backend: LizardSandbox) -> None:
-    agent = create_deep_agent(model=_agent_model(), backend=cloud_backend)
+    agent = create_deep_agent(model=agent_model(), backend=cloud_backend)
     state = agent.invoke({"messages": [{"role": "user", "content": "Print Fibonacci numbers."}]})
-    assert "0 1 1 2 3 5 8 13 21 34" in _tool_results(state["messages"])["r"]
+    assert "0 1 1 2 3 5 8 13 21 34" in tool_results(state["messages"])["r"]
     assert cloud_backend.download_files([SCRIPT])[0].error is None
 
 
