@@ -222,6 +222,21 @@ def test_close_destroys_a_created_sandbox_and_may_be_repeated(lizard_local: Loca
         backend.execute("true")
 
 
+def test_creation_options_reach_the_sandbox(lizard_local: LocalServer) -> None:
+    with LizardSandbox(
+        template="base",
+        size="small",
+        lifetime_ms=120_000,
+        metadata={"team": "agents"},
+        internet_access=False,  # allowed_hosts too, where the platform has them (not lizard-local)
+    ) as backend:
+        sdk = lizard.Sandbox(backend.id, api_key=lizard_local.api_key, api_url=lizard_local.url)
+        record = sdk.get_info()
+    assert (record.template, record.size) == ("base", "small")
+    assert (record.metadata or {}).get("team") == "agents"
+    assert record.internet_access is False
+
+
 def test_attaching_by_id_leaves_the_sandbox_running(lizard_local: LocalServer) -> None:
     with LizardSandbox(lifetime_ms=300_000) as owner:
         owner.write("/tmp/shared.txt", "from the owner")
