@@ -37,10 +37,12 @@ __all__ = ["PACKAGES", "main", "versions"]
 PACKAGES = (
     "pydantic-ai-lizard",
     "smolagents-lizard",
+    "langchain-lizard",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
     "smolagents",
+    "deepagents",
     "httpx",
 )
 

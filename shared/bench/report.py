@@ -490,7 +490,8 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "nox -s bench -- --settings 20+40 --reps 9 --output perf.md",
         "```",
         "",
-        "The session installs smolagents-lizard 0.1.0 and pydantic-ai-lizard 0.1.0 from PyPI "
+        "The session installs smolagents-lizard 0.1.0, pydantic-ai-lizard 0.1.0 and "
+        "langchain-lizard 0.1.0 from PyPI "
         "(with the lizard-sdk 0.1.x they pin) in one environment and this repository's packages "
         "in another, starts lizard-local behind the emulated link, and drives each environment "
         "with `shared/bench/driver.py`; `shared/bench/memory_probe.py` measures host memory in a "
