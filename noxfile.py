@@ -222,10 +222,10 @@ def bench(session: nox.Session) -> None:
 
     This session's environment holds this repository's packages (and lizard-local, which serves
     both sides); a second one next to it, `bench-0-1-0`, holds smolagents-lizard 0.1.0,
-    pydantic-ai-lizard 0.1.0, inspect-lizard 0.1.0 and lizard-adk 0.1.1 from PyPI with the
-    lizard-sdk 0.1.x they pin, and the same smolagents, pydantic-ai-slim, inspect-ai and google-adk
-    versions. Arguments after `--` go to shared/bench/run.py: `--quick`, `--settings 0,20,20+40`,
-    `--reps N`, `--ops a,b`, `--output FILE`.
+    pydantic-ai-lizard 0.1.0, inspect-lizard 0.1.0, lizard-adk 0.1.1 and langchain-lizard 0.1.0
+    from PyPI with the lizard-sdk 0.1.x they pin, and the same smolagents, pydantic-ai-slim,
+    inspect-ai, google-adk and deepagents versions. Arguments after `--` go to shared/bench/run.py:
+    `--quick`, `--settings 0,20,20+40`, `--reps N`, `--ops a,b`, `--output FILE`.
     """
     uv = shutil.which("uv") or session.error("uv is required: python -m pip install uv")
     ours = [arg for package in PACKAGES for arg in ("-e", _path(package))]
@@ -233,7 +233,7 @@ def bench(session: nox.Session) -> None:
     # and jupyter_client keep 0.1.0's CodeSandbox state in a kernel, and pip, numpy and pillow let
     # 0.1.0's executor run the `pip install` of final_answer's requirements it runs in the cloud.
     session.install(*ours, "ipykernel", "jupyter_client", "pip", "numpy", "pillow", "certifi")
-    frameworks_used = ("smolagents", "pydantic-ai-slim", "inspect-ai", "google-adk")
+    frameworks_used = ("smolagents", "pydantic-ai-slim", "inspect-ai", "google-adk", "deepagents")
     pins = "from importlib.metadata import version as v; " + "; ".join(
         f"print('{name}==' + v('{name}'))" for name in frameworks_used
     )
@@ -255,6 +255,7 @@ def bench(session: nox.Session) -> None:
         "pydantic-ai-lizard==0.1.0",
         "inspect-lizard==0.1.0",
         "lizard-adk==0.1.1",
+        "langchain-lizard==0.1.0",
         *frameworks.split(),
         external=True,
     )

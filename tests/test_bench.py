@@ -87,7 +87,7 @@ def test_repetitions_depend_on_the_kind_of_operation() -> None:
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 23
+    assert len(catalogue.OPERATIONS) == 26
     for target in catalogue.SPEED_TARGETS:
         assert catalogue.operation(target.operation).kind != "probe"
     with pytest.raises(ValueError, match="unknown operation"):

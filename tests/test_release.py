@@ -37,6 +37,11 @@ WORKFLOW = ROOT / ".github" / "workflows" / "release.yml"
 # What the four packages require today, with the hook's {version} placeholder.
 REQUIRES = {
     "lizard-core": ["lizard-sdk>=1.0.23,<2", "anyio>=4.4,<5"],
+    "langchain-lizard": [
+        "lizard-core=={version}",
+        "deepagents>=0.6,<0.8",
+        "langchain-tests>=1.1.9,<1.2; extra == 'test'",
+    ],
     "lizard-local": ["starlette>=0.40", "uvicorn>=0.30", "anyio>=4.4,<5"],
     "pydantic-ai-lizard": [
         "lizard-core=={version}",
@@ -207,6 +212,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "inspect-ai",
         "lizard-adk",
         "google-adk",
+        "langchain-lizard",
+        "deepagents",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
@@ -218,6 +225,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "inspect-lizard",
         "inspect-ai",
         "google-adk",
+        "langchain-lizard",
+        "deepagents",
     }
 
 

@@ -9,8 +9,10 @@ the 0.1.0 packages and against this repository's: workspace operations through
 ``smolagents_lizard.LizardExecutor``, Inspect operations through the
 ``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample, ADK operations
 through the four tools of ``lizard_adk.LizardPlugin`` (0.1.1 on the reference side, the only
-interface both versions have). Probes are raw HTTP requests (no adapter) that price a new
-connection against a reused one; they run in this repository's environment only.
+interface both versions have), Deep Agents operations through ``langchain_lizard.LizardSandbox``
+wrapping a ``lizard.Sandbox`` (0.1.0's constructor). Probes are raw HTTP requests (no adapter)
+that price a new connection against a reused one; they run in this repository's environment
+only.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "inspect", "adk", "probe"]
+Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "probe"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,9 @@ OPERATIONS: Final = (
     Operation("adk_code_block", "ADK tool: `lizard_execute_code('x = 1 + 1')`", "adk"),
     Operation("adk_write_1k", "ADK tool: `lizard_write_file` of 1 KiB of text", "adk"),
     Operation("adk_read_1k", "ADK tool: `lizard_read_file` of 1 KiB of text", "adk"),
+    Operation("deepagents_execute", "Deep Agents `execute('true')`", "deepagents"),
+    Operation("deepagents_upload_1k", "Deep Agents `upload_files`, 1 KiB", "deepagents"),
+    Operation("deepagents_download_1k", "Deep Agents `download_files`, 1 KiB", "deepagents"),
 )
 
 PROBES: Final = (

@@ -37,12 +37,16 @@ __all__ = ["PACKAGES", "main", "versions"]
 PACKAGES = (
     "pydantic-ai-lizard",
     "smolagents-lizard",
+    "inspect-lizard",
     "lizard-adk",
+    "langchain-lizard",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
     "smolagents",
+    "inspect-ai",
     "google-adk",
+    "deepagents",
     "httpx",
 )
 

@@ -87,6 +87,7 @@ class Workload:
         self._executor: Any = None
         self._inspect: Any = None  # the environments sample_init gave
         self._probe_client: Any = None
+        self._deepagents: Any = None  # (lizard.Sandbox, langchain_lizard.LizardSandbox)
         self._probe_ssl: ssl.SSLContext | None = None
         self._plugin: Any = None
         # What ADK's ToolContext gives a tool: the invocation's id (one warm invocation here).
@@ -191,6 +192,12 @@ class Workload:
             except Exception as exc:  # keep closing the rest
                 errors.append(f"executor cleanup: {exc!r}")
             self._executor = None
+        if self._deepagents is not None:
+            try:
+                self._deepagents[0].kill()
+            except Exception as exc:
+                errors.append(f"Deep Agents sandbox kill: {exc!r}")
+            self._deepagents = None
         if self._backend is not None:
             try:
                 self.loop.run_until_complete(self._backend.destroy())
@@ -444,6 +451,47 @@ class Workload:
             _expect(result.get("content") == TEXT_1K, f"wrong content: {result!r:.300}")
 
         return Prepared(act=self._adk("lizard_read_file", "/tmp/bench-adk.txt"), check=check)
+
+    # ── Deep Agents: langchain_lizard.LizardSandbox on an SDK sandbox (0.1.0's form) ──
+
+    def _deep_agents_backend(self) -> Any:
+        if self._deepagents is None:
+            from lizard import Sandbox
+
+            from langchain_lizard import LizardSandbox
+
+            sandbox = Sandbox.create(
+                "interpreter", project_id=os.environ["LIZARD_PROJECT_ID"], timeout_ms=LIFETIME_MS
+            )
+            backend = LizardSandbox(sandbox)
+            _expect(backend.execute("true").exit_code == 0, "the Deep Agents backend failed")
+            self._deepagents = (sandbox, backend)
+        return self._deepagents[1]
+
+    def _op_deepagents_execute(self) -> Prepared:
+        backend = self._deep_agents_backend()
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "exit_code", None) == 0, f"`true` failed: {result!r}")
+
+        return Prepared(act=lambda: backend.execute("true"), check=check)
+
+    def _op_deepagents_upload_1k(self) -> Prepared:
+        backend = self._deep_agents_backend()
+
+        def check(result: object) -> None:
+            _expect([r.error for r in result] == [None], f"upload failed: {result!r}")  # type: ignore[attr-defined]
+
+        return Prepared(act=lambda: backend.upload_files([("/tmp/da-up.bin", SMALL)]), check=check)
+
+    def _op_deepagents_download_1k(self) -> Prepared:
+        backend = self._deep_agents_backend()
+        _expect(backend.upload_files([("/tmp/da-down.bin", SMALL)])[0].error is None, "fixture")
+
+        def check(result: object) -> None:
+            _expect([r.content for r in result] == [SMALL], "the bytes read back differ")  # type: ignore[attr-defined]
+
+        return Prepared(act=lambda: backend.download_files(["/tmp/da-down.bin"]), check=check)
 
     # ── probes: what a reused connection would save (raw HTTP, no adapter) ──
 

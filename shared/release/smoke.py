@@ -275,7 +275,27 @@ def use_lizard_adk() -> str:
     return "LizardEnvironment ran python3 (42) and LizardCodeExecutor a block (42); both cleaned up"
 
 
+def use_langchain_lizard() -> str:
+    """Run one command and a file round trip through the Deep Agents backend, then destroy it."""
+    need_server()
+    (backend_class,) = public("langchain_lizard", "LizardSandbox")
+    with backend_class() as backend:
+        result = backend.execute(shlex.join(COMMAND))
+        written = backend.write("/tmp/smoke/hello.txt", "hello")
+        [download] = backend.download_files(["/tmp/smoke/hello.txt"])
+    expect(
+        result.exit_code == 0 and result.output.strip() == "42",
+        f"langchain-lizard: {COMMAND} gave exit {result.exit_code}, output {result.output!r}",
+    )
+    expect(
+        written.error is None and download.content == b"hello",
+        f"langchain-lizard: write gave {written!r}, download {download!r}",
+    )
+    return "LizardSandbox ran python3 (42), wrote and downloaded a file, destroyed its sandbox"
+
+
 USES: dict[str, Callable[[], str]] = {
+    "langchain-lizard": use_langchain_lizard,
     "lizard-core": use_lizard_core,
     "lizard-local": use_lizard_local,
     "smolagents-lizard": use_smolagents_lizard,

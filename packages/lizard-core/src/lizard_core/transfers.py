@@ -1,0 +1,136 @@
+"""Many files in one call, one outcome per file: partial success, input order kept.
+
+Frameworks' file protocols (Deep Agents' ``upload_files`` / ``download_files``, for one) take a
+batch of paths and want a result per path rather than one exception for the batch. These
+functions give that on :class:`~lizard_core.files.SandboxFiles`.
+
+Contract (proven against lizard-local in ``tests/test_transfers.py``):
+
+- **One outcome per item, in input order.** :func:`write_each` and :func:`read_each` (and
+  :func:`awrite_each`, :func:`aread_each`) return a :class:`Transfer` per item: its ``data`` (for
+  a read) or its ``error``, the builtin ``OSError`` the file operation raised
+  (``FileNotFoundError``, ``IsADirectoryError``, ``PermissionError``, ...). A failed item does
+  not stop the others.
+- **Bad paths fail alone.** A path that is not absolute or holds NUL is that item's
+  ``OSError(EINVAL)``, without a request.
+- **Failures of the sandbox are raised.** A gone sandbox, rejected credentials, an exhausted
+  quota, a transient API failure (every :class:`~lizard_core.errors.LizardIntegrationError`)
+  are not about one file: they are raised at once, and the items after it are not attempted.
+- **Shapes are checked first.** A batch that is not a list of paths (or of ``(path, bytes)``
+  pairs) is a :class:`TypeError` before any request.
+- **Cost and semantics** are those of :meth:`SandboxFiles.write_bytes
+  <lizard_core.files.SandboxFiles.write_bytes>` (parents created, atomic replace) and
+  :meth:`SandboxFiles.read_bytes <lizard_core.files.SandboxFiles.read_bytes>`, item by item.
+"""
+
+from __future__ import annotations
+
+import errno
+import posixpath
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from lizard_core.files import SandboxFiles
+
+__all__ = ["Transfer", "aread_each", "awrite_each", "read_each", "write_each"]
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """The outcome of one file of a batch."""
+
+    path: str
+    """The path as given."""
+    data: bytes | None = None
+    """The file's bytes, for a read that succeeded."""
+    error: OSError | None = None
+    """Why this file failed, as the builtin ``OSError``; None on success."""
+
+
+def _check_paths(paths: object) -> list[str]:
+    if not isinstance(paths, Sequence) or isinstance(paths, str | bytes):
+        raise TypeError("paths must be a list of str")
+    for path in paths:
+        if not isinstance(path, str):
+            raise TypeError(f"paths must be str, not {type(path).__name__}")
+    return list(paths)
+
+
+def _check_items(items: object) -> list[tuple[str, bytes]]:
+    if not isinstance(items, Sequence) or isinstance(items, str | bytes):
+        raise TypeError("files must be a list of (path, bytes) pairs")
+    checked: list[tuple[str, bytes]] = []
+    for item in items:
+        if not isinstance(item, tuple | list) or len(item) != 2:
+            raise TypeError("files must be a list of (path, bytes) pairs")
+        path, data = item
+        if not isinstance(path, str):
+            raise TypeError(f"paths must be str, not {type(path).__name__}")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"the content of {path!r} must be bytes, not {type(data).__name__}")
+        checked.append((path, bytes(data)))
+    return checked
+
+
+def _bad_path(path: str) -> OSError | None:
+    if posixpath.isabs(path) and "\0" not in path:
+        return None
+    return OSError(errno.EINVAL, "the path must be absolute and without NUL", path)
+
+
+def write_each(files: SandboxFiles, items: Iterable[tuple[str, bytes]]) -> list[Transfer]:
+    """Write each ``(path, bytes)``; one :class:`Transfer` per item, in order (blocking)."""
+    done = []
+    for path, data in _check_items(items):
+        error = _bad_path(path)
+        if error is None:
+            try:
+                files.write_bytes(path, data)
+            except OSError as failure:
+                error = failure
+        done.append(Transfer(path, error=error))
+    return done
+
+
+async def awrite_each(files: SandboxFiles, items: Iterable[tuple[str, bytes]]) -> list[Transfer]:
+    """Async :func:`write_each`."""
+    done = []
+    for path, data in _check_items(items):
+        error = _bad_path(path)
+        if error is None:
+            try:
+                await files.awrite_bytes(path, data)
+            except OSError as failure:
+                error = failure
+        done.append(Transfer(path, error=error))
+    return done
+
+
+def read_each(files: SandboxFiles, paths: Iterable[str]) -> list[Transfer]:
+    """Read each path's bytes; one :class:`Transfer` per path, in order (blocking)."""
+    done = []
+    for path in _check_paths(paths):
+        error = _bad_path(path)
+        if error is None:
+            try:
+                done.append(Transfer(path, data=files.read_bytes(path)))
+                continue
+            except OSError as failure:
+                error = failure
+        done.append(Transfer(path, error=error))
+    return done
+
+
+async def aread_each(files: SandboxFiles, paths: Iterable[str]) -> list[Transfer]:
+    """Async :func:`read_each`."""
+    done = []
+    for path in _check_paths(paths):
+        error = _bad_path(path)
+        if error is None:
+            try:
+                done.append(Transfer(path, data=await files.aread_bytes(path)))
+                continue
+            except OSError as failure:
+                error = failure
+        done.append(Transfer(path, error=error))
+    return done
