@@ -72,7 +72,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeGuard, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -81,6 +81,7 @@ import lizard
 
 from lizard_core._bridge import wait_done
 from lizard_core._guest import program
+from lizard_core._lines import LineTooLongError
 from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
@@ -134,6 +135,8 @@ ARG_PART: Final = 96 * 1024
 """Base64 characters per argv item (a multiple of 4; the kernel allows 128 KiB per argument)."""
 _LINE_MAX: Final = 1024 * 1024
 _STDERR_TAIL: Final = 20
+_MAX_NOISE: Final = 8
+_MAX_GROUPS: Final = 64
 
 _SIGTERM: Final = 15
 _SIGKILL: Final = 9
@@ -262,6 +265,10 @@ class _LineReader:
             self._pending = ""
 
 
+def _is_pid(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
+
+
 def _parse(line: str) -> Frame | None:
     if not line.startswith("{"):
         return None
@@ -340,7 +347,9 @@ class _GuestCall:
                 exec_ = (
                     self.sandbox.process.exec_
                     if self.session is None
-                    else functools.partial(self.session.transport().exec_stream, self.sandbox_id)
+                    else functools.partial(
+                        self.session.transport().exec_stream, self.sandbox_id, collect=False
+                    )
                 )
                 result = exec_(
                     self.argv,
@@ -431,7 +440,7 @@ class _GuestCall:
             elif kind == "stderr":
                 self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value]
             elif kind == "noise":
-                self.noise.append(value[:200])
+                self._noise(value[:200])
             elif kind == "exec_pid":
                 self.exec_pid = int(value)
             elif kind == "cancel":
@@ -446,6 +455,8 @@ class _GuestCall:
                     return self.final  # the outcome is proven; a late transport error is moot
                 started = self.frames_seen or self.exec_pid is not None
                 self.broken = isinstance(value, TransientError)
+                if started and isinstance(value, LineTooLongError):
+                    self.unobserved = True  # the stream was abandoned; the guest may run on
                 if started and isinstance(value, TransientError):
                     # The guest ran and may still be running, unobserved: stop it (unless the
                     # sandbox is gone), and say that the operation may have run rather than
@@ -463,22 +474,31 @@ class _GuestCall:
         if kind == "hb":
             return
         if kind == "pid":
-            self.guest_pid = int(frame["pid"])
+            pid = frame.get("pid")
+            if self.guest_pid is None and _is_pid(pid):
+                self.guest_pid = pid
+            else:
+                self._noise("a malformed or second pid frame")
             return
         if kind == "end":
             if self.final is None:
                 self.final = frame
             else:
-                self.noise.append("a second end frame")
+                self._noise("a second end frame")
             return
         if self.final is not None:
-            self.noise.append(f"a {kind!r} frame after the end frame")
+            self._noise(f"a {kind[:16]!r} frame after the end frame")
             return
         pg = frame.get("pg")
-        if isinstance(pg, int):
+        if _is_pid(pg) and len(self.groups) < _MAX_GROUPS:
             self.groups.add(pg)
         if self.on_frame is not None:
             self.on_frame(frame)
+
+    def _noise(self, what: str) -> None:
+        # Only the first is reported; a flood of them must not grow without bound.
+        if len(self.noise) < _MAX_NOISE:
+            self.noise.append(what)
 
     def _outcome(self, exit_code: int | None = None) -> Frame:
         # Whatever is raised from here is a stream that broke (see _raise_if_gone).
@@ -556,9 +576,9 @@ class _GuestCall:
             except queue.Empty:
                 return True
             if kind == "frame":
-                if value.get("t") == "pid":
-                    self.guest_pid = int(value["pid"])
-                elif isinstance(value.get("pg"), int):
+                if value.get("t") == "pid" and self.guest_pid is None and _is_pid(value.get("pid")):
+                    self.guest_pid = value["pid"]
+                elif _is_pid(value.get("pg")) and len(self.groups) < _MAX_GROUPS:
                     self.groups.add(value["pg"])
                 self.frames_seen += 1
             elif kind == "exec_pid":
@@ -641,11 +661,18 @@ def check_outcome(final: Frame) -> Frame:
     """
     err = final.get("err")
     if err is not None:
+        if not (
+            isinstance(err, list)
+            and len(err) == 3
+            and (err[0] is None or (isinstance(err[0], int) and not isinstance(err[0], bool)))
+            and all(part is None or isinstance(part, str) for part in err[1:])
+        ):
+            raise GuestProtocolError("The guest program sent a malformed error.")
         number, message, filename = err
         raise OSError(number, message, filename)
     bug = final.get("bug")
     if bug is not None:
-        raise GuestProtocolError(f"The guest program failed: {bug}")
+        raise GuestProtocolError(f"The guest program failed: {str(bug)[:2000]}")
     return final
 
 

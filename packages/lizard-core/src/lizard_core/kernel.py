@@ -59,7 +59,6 @@ import codecs
 import contextlib
 import functools
 import hashlib
-import json
 import math
 import posixpath
 import re
@@ -70,13 +69,14 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lizard_core._guest import source
+from lizard_core._kernel_frames import STREAMS, check_end, check_frame, decode_output
+from lizard_core._spill import read_spill
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
-    fetch_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -121,7 +121,9 @@ START_ALLOWANCE_S: Final = 60.0
 """Time allowed for starting the kernel daemon (a first call, or a restart after a kill)."""
 _DEADLINE_MARGIN_S: Final = 2 * START_ALLOWANCE_S + 30.0
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_STREAMS: Final = {1: "stdout", 2: "stderr"}
+_RESULT_OVERHEAD: Final = 256
+_OUTPUT_SLACK: Final = 64 * 1024
+"""What one rich result costs against the result budget before its data."""
 
 
 class KernelUnavailableError(LizardIntegrationError):
@@ -281,8 +283,12 @@ class _Assembler:
         self.max_output = max_output
         # A guard against a misbehaving guest: the guest enforces the real limits.
         self.max_result_total = 64 * max_result + 1024 * 1024
+        # The most a spill file can hold within those limits: output as base64 frames, result
+        # and error text as JSON strings (escaped text, e.g. non-Latin, passes it only when
+        # the results near their total anyway).
+        self.spill_budget = 2 * (max_output + _OUTPUT_SLACK) + 2 * self.max_result_total
         self.chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in _STREAMS}
+        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in STREAMS}
         self.received = 0
         self.truncated = False
         self.results: dict[int, tuple[bool, tuple[str, ...], dict[str, list[str]]]] = {}
@@ -293,53 +299,62 @@ class _Assembler:
         self.error_parts: dict[str, list[str]] = {}
 
     def feed(self, frame: Frame) -> None:
-        kind = frame["t"]
+        kind = check_frame(frame)["t"]
         if kind == "o":
-            index = int(frame["s"])
-            data = base64.b64decode(frame["d"])
+            index = frame["s"]
+            data = decode_output(frame)
             self.received += len(data)
-            if self.received > self.max_output + 64 * 1024:
+            if self.received > self.max_output + _OUTPUT_SLACK:
                 raise GuestProtocolError("The kernel sent more output than its limit allows.")
             self._text(index, self.decoders[index].decode(data))
         elif kind == "cut":
+            if self.truncated:
+                raise GuestProtocolError("The kernel cut a cell's output twice.")
             self.truncated = True
-            index = int(frame["s"])
+            index = frame["s"]
             self._text(index, self.decoders[index].decode(b"", final=True))
             self._text(index, OUTPUT_CUT_MARKER.format(limit=frame["limit"]))
         elif kind == "res":
-            self.results[int(frame["i"])] = (bool(frame["main"]), tuple(frame["omit"]), {})
+            index = frame["i"]
+            # Each result costs the host a little even without data: counted, so that a flood
+            # of empty results is bounded like their data.
+            self._count_result(_RESULT_OVERHEAD, "results")
+            if index in self.results:
+                raise GuestProtocolError("The kernel sent the same result twice.")
+            self.results[index] = (frame["main"], tuple(frame["omit"]), {})
         elif kind == "rd":
-            piece = str(frame["d"])
-            self.result_size += len(piece)
-            if self.result_size > self.max_result_total:
-                raise GuestProtocolError("The kernel sent more result data than its limit allows.")
+            piece = frame["d"]
+            self._count_result(len(piece), "result data")
             try:
-                pieces = self.results[int(frame["i"])][2]
+                pieces = self.results[frame["i"]][2]
             except KeyError:
                 raise GuestProtocolError("The kernel sent data for an unknown result.") from None
-            pieces.setdefault(str(frame["m"]), []).append(piece)
+            pieces.setdefault(frame["m"], []).append(piece)
         elif kind == "et":
-            piece = str(frame["d"])
-            self.result_size += len(piece)
-            if self.result_size > self.max_result_total:
-                raise GuestProtocolError("The kernel sent more error text than its limit allows.")
-            self.error_parts.setdefault(str(frame["f"]), []).append(piece)
+            piece = frame["d"]
+            self._count_result(len(piece), "error text")
+            self.error_parts.setdefault(frame["f"], []).append(piece)
         elif kind == "cell":
-            self.kernel_id = str(frame["kernel"])
-            self.count = int(frame["n"])
+            self.kernel_id = frame["kernel"]
+            self.count = frame["n"]
         elif kind == "spawned":
             self.lost = frame.get("lost")
+
+    def _count_result(self, size: int, what: str) -> None:
+        self.result_size += size
+        if self.result_size > self.max_result_total:
+            raise GuestProtocolError(f"The kernel sent more {what} than its limit allows.")
 
     def _text(self, index: int, text: str) -> None:
         if not text:
             return
-        stream = _STREAMS[index]
+        stream = STREAMS[index]
         self.chunks[stream].append(text)
         if self.on_output is not None:
             self.on_output(stream, text)
 
     def result(self, final: Frame, lost_notice: str | None) -> ExecutionResult:
-        for index in _STREAMS:
+        for index in STREAMS:
             self._text(index, self.decoders[index].decode(b"", final=True))
         error = final.get("error")
         if error is not None:
@@ -615,23 +630,15 @@ class Kernel:
         if posixpath.dirname(job) != JOBS_ROOT or posixpath.basename(path) != "frames":
             raise GuestProtocolError(f"The kernel named an unexpected spill file: {path!r}")
         try:
-            data = fetch_file(self._session, sandbox, path)
+            read_spill(
+                self._session,
+                sandbox,
+                path,
+                max_bytes=assembler.spill_budget,
+                on_frame=assembler.feed,
+            )
         finally:
             schedule_cleanup(sandbox, job)  # removed by the next guest request, at no cost
-        if data is None:
-            raise GuestProtocolError(
-                f"The kernel's spilled output {path} vanished before it was fetched."
-            )
-        for line in data.split(b"\n"):
-            if not line:
-                continue
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                raise GuestProtocolError("The kernel's spilled output is malformed.") from None
-            if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
-                raise GuestProtocolError("The kernel's spilled output is malformed.")
-            assembler.feed(frame)
 
     def _acquire(self, cancel: Cancellation | None) -> None:
         # Waits for a running cell; a cancelled async caller stops waiting.
@@ -671,6 +678,7 @@ class Kernel:
             deadline_s=deadline_s,
             cancel=cancel,
         )
+        check_end(final)
         if not final.get("need_source"):
             self._daemon_sent = True
         return final
