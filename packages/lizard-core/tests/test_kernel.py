@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 import time
 import uuid
@@ -457,6 +458,44 @@ def test_cancelling_aexecute_interrupts_the_cell_and_keeps_the_kernel(
     asyncio.run(main())
     assert time.monotonic() - started < 10
     assert _run(kernel, "stopped, kept").text == "(True, 1)"
+
+
+@pytest.mark.parametrize(
+    "stubborn",
+    [
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)",
+        "import time\nwhile True:\n    try:\n        time.sleep(120)\n"
+        "    except KeyboardInterrupt:\n        pass",
+    ],
+    ids=["SIG_IGN", "swallows KeyboardInterrupt"],
+)
+def test_a_cancelled_cell_that_will_not_stop_is_replaced_by_the_next_call(
+    interpreter_session: Session, stubborn: str
+) -> None:
+    """Issue 15, item 1: the orphaned cell once kept the daemon, and later calls waited minutes."""
+    grace = 1.0
+
+    async def cancel_a_stubborn_cell(kernel: Kernel) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(kernel.aexecute(stubborn, timeout=300), 1.5)
+
+    for kernel in _kernel(interpreter_session, grace=grace):
+        _run(kernel, "kept = 1")
+        asyncio.run(cancel_a_stubborn_cell(kernel))
+        started = time.monotonic()
+        result = _run(kernel, "'kept' in dir()", timeout=5)
+        # The orphan's grace plus a second, a restart, and room for a loaded machine; without
+        # the bound the call waited out its host deadline (timeout + grace + 150 s).
+        assert time.monotonic() - started < 30
+        assert result.error is None
+        assert result.text == "False"
+        assert result.state_lost
+        assert result.notice is not None
+        assert "cancelled" in result.notice
+        assert "restarted" in result.notice
+        after = _run(kernel, "1 + 1")
+        assert after.text == "2"
+        assert not after.state_lost
 
 
 def test_restart_starts_a_fresh_namespace(kernel: Kernel) -> None:

@@ -12,8 +12,8 @@ believes nothing about it before reading. Contract:
 - The body is read as it arrives, one line (one frame) at a time, each at most
   :data:`MAX_LINE` bytes, and each frame goes to ``on_frame`` at once: the host never holds the
   file, only what ``on_frame`` keeps, which the kernel bounds by the call's limits.
-- Every refusal, a missing file and a line that is not a JSON frame raise
-  :class:`~lizard_core.errors.GuestProtocolError`; a sandbox that is gone raises
+- Every refusal, a missing file, one the platform will not serve (a 400) and a line that is not
+  a JSON frame raise :class:`~lizard_core.errors.GuestProtocolError`; a sandbox that is gone raises
   :class:`~lizard_core.errors.SandboxGoneError`.
 """
 
@@ -28,7 +28,12 @@ import lizard
 
 from lizard_core._lines import bounded_lines
 from lizard_core._transport import ReadAbandonedError, Transport
-from lizard_core.errors import GuestProtocolError, translate, translated
+from lizard_core.errors import (
+    GuestProtocolError,
+    LizardIntegrationError,
+    translate,
+    translated,
+)
 from lizard_core.session import Session
 
 __all__ = ["HEADERS_TIMEOUT_S", "MAX_LINE", "read_spill"]
@@ -68,6 +73,11 @@ def read_spill(
         ) from None
     except ReadAbandonedError as exc:
         raise GuestProtocolError(f"The kernel's spilled output was refused: {exc}") from None
+    except LizardIntegrationError as exc:
+        if type(exc) is not LizardIntegrationError:
+            raise  # gone, transient, credentials, quota: the sandbox's state, not the file's
+        # The platform would not serve the file (not a regular file, say): the guest named it.
+        raise GuestProtocolError(f"The kernel's spilled output could not be read: {exc}") from exc
     with contextlib.closing(res), translated(sandbox_id=sandbox_id):
         try:
             lines = bounded_lines(

@@ -31,6 +31,11 @@ Guarantees:
   process group, starts a fresh daemon and reports ``TimeoutError`` with ``state_lost``.
 - Killing this client (host cancellation) closes its connection, which interrupts the cell; the
   kernel and its namespace stay.
+- A request queued behind one whose client is gone (the daemon names that client in its
+  ``busy`` file) waits at most the request's ``grace`` plus a second for the orphaned cell to
+  stop; past that it kills the daemon's process group, starts a fresh daemon and runs there, and
+  its ``end`` carries ``state_lost`` and a notice. So a cancelled cell that ignores SIGINT or sits
+  in native code cannot wedge the kernel for later calls.
 """
 
 from __future__ import annotations
@@ -56,6 +61,8 @@ T0 = time.monotonic()
 # The guest protocol's job directories (see the agent); ``rm`` may name only these.
 JOBS_ROOT = "/tmp/.lizard-core"
 START = b'{"t":"cell"'
+# While queued behind another request, how often to check whether its client is gone.
+QUEUE_POLL = 0.25
 FINAL = b'{"t":"end"'
 
 
@@ -263,7 +270,7 @@ def start_daemon(directory: str, req: Frame) -> _socket.socket:
     if cwd:
         os.makedirs(cwd, exist_ok=True)
     sock_path = os.path.join(directory, "sock")
-    for name in ("sock", "pid"):
+    for name in ("sock", "pid", "busy"):
         try:
             os.unlink(os.path.join(directory, name))
         except FileNotFoundError:
@@ -365,6 +372,11 @@ LOST_REPLACED = (
     "A Python kernel of another lizard-core version was running in this sandbox and was replaced; "
     "its variables, imports and functions are lost. This call ran in a fresh kernel."
 )
+LOST_STUCK = (
+    "An earlier cell whose call was cancelled did not stop (it ignored the interrupt or was stuck "
+    "in native code), so the Python kernel was restarted; its variables, imports and functions "
+    "are lost. This call ran in a fresh kernel."
+)
 LOST_KILLED = (
     "The cell did not stop within %g s of its %g s timeout (it ignored the interrupt or was stuck "
     "in native code), so the Python kernel was restarted; its variables, imports and functions are "
@@ -391,8 +403,23 @@ def relay(
     started_at = None
     last_write = time.monotonic()
     seen_final = False
+    orphan_seen = None  # when the daemon was first found serving a client that is gone
+    next_check = last_write + QUEUE_POLL
     while True:
         now = time.monotonic()
+        if started_at is None and now >= next_check:
+            next_check = now + QUEUE_POLL
+            orphan_seen = (orphan_seen or now) if serves_orphan(directory) else None
+            if orphan_seen is not None and now >= orphan_seen + grace_of(body) + 1.0:
+                # Queued behind a cell whose client is gone and that ignores its interrupts.
+                sock.close()
+                try:
+                    fresh = restart_stuck(directory, req, pid)
+                except NeedSource:
+                    final(need_source=True)
+                    return
+                relay(directory, req, fresh, True, "stuck")
+                return
         if timeout and started_at is not None and now >= started_at + timeout + grace:
             sock.close()
             replace_daemon(directory, req, pid)
@@ -408,7 +435,7 @@ def relay(
                 spill=spill_of(body),
             )
             return
-        wait = heartbeat
+        wait = heartbeat if started_at is not None else QUEUE_POLL
         if timeout and started_at is not None:
             wait = min(wait, max(0.0, started_at + timeout + grace - now))
         sock.settimeout(max(wait, 0.001))
@@ -441,7 +468,9 @@ def relay(
             frame["client_ms"] = round((time.monotonic() - T0) * 1000, 3)
             if lost:
                 frame["state_lost"] = True
-                frame["notice"] = LOST_FOUND_DEAD if lost == "dead" else LOST_REPLACED
+                frame["notice"] = {"dead": LOST_FOUND_DEAD, "stuck": LOST_STUCK}.get(
+                    lost, LOST_REPLACED
+                )
             emit(frame)
         else:
             write_all(lines)
@@ -458,6 +487,36 @@ def relay(
         notice=LOST_DEAD,
         spill=spill_of(body),
     )
+
+
+def serves_orphan(directory: str) -> bool:
+    """True when the daemon is serving a client that is gone (see the daemon's ``busy``)."""
+    try:
+        with open(os.path.join(directory, "busy"), "rb") as f:
+            owner = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False  # between requests, or just starting one
+    return owner != os.getpid() and not alive(owner)
+
+
+def grace_of(body: Frame) -> float:
+    """How long an orphaned cell gets to stop: this request's grace, or the default."""
+    try:
+        return max(0.0, float(body.get("grace") or 3.0))
+    except (TypeError, ValueError):
+        return 3.0
+
+
+def restart_stuck(directory: str, req: Frame, pid: int) -> _socket.socket:
+    """Kill the wedged daemon ``pid`` and return a connection to a fresh one.
+
+    Another queued client may have done it first: then connect to the daemon it started.
+    """
+    with Lock(directory):
+        if read_pid(directory) == pid:
+            kill_group(pid)
+            return start_daemon(directory, req)
+    return open_kernel(directory, req)[0]
 
 
 def replace_daemon(directory: str, req: Frame, pid: int) -> None:
