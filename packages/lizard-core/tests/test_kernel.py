@@ -498,6 +498,22 @@ def test_a_cancelled_cell_that_will_not_stop_is_replaced_by_the_next_call(
         assert not after.state_lost
 
 
+def test_a_cell_larger_than_the_argv_limit_runs_staged_through_files(
+    kernel: Kernel, lizard_counters: Any
+) -> None:
+    """Issue 15, item 6: a cell of more than about 1.5 MB once failed before it started."""
+    _run(kernel, "import os")
+    lizard_counters.reset_counters()
+    result = _run(kernel, f"data = {'d' * 3_000_000!r}\nlen(data)")
+    assert result.error is None
+    assert result.text == "3000000"
+    routes = {r: n for r, n in lizard_counters.counters()["routes"].items() if n}
+    assert routes == {EXEC: 1, "POST /api/sandboxes/{id}/files": 1}
+    # The staged body is gone from the sandbox once read.
+    left = _run(kernel, "import glob\nglob.glob('/tmp/.lizard-core/*/b0*')")
+    assert left.text == "[]"
+
+
 def test_restart_starts_a_fresh_namespace(kernel: Kernel) -> None:
     before = _run(kernel, "x = 1")
     kernel.restart()

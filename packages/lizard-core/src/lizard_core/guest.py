@@ -509,8 +509,12 @@ class _GuestCall:
             )
         if self.final is None:
             why = "" if exit_code is None else f"; the exec exited with code {exit_code}"
-            error = GuestNotStartedError if not self.frames_seen else GuestProtocolError
-            raise error(
+            if not self.frames_seen:
+                raise GuestNotStartedError(
+                    f"The guest program did not start, so nothing of the request ran{why}"
+                    f"{self._context()}."
+                )
+            raise GuestProtocolError(
                 "The guest program's output ended without its final frame, so the result "
                 f"cannot be trusted{why}{self._context()}."
             )

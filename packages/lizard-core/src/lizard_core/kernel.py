@@ -71,6 +71,7 @@ from typing import Any, Final
 from lizard_core._guest import source
 from lizard_core._kernel_frames import STREAMS, check_end, check_frame, decode_output
 from lizard_core._spill import read_spill
+from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
@@ -399,6 +400,14 @@ _REPLACED_ELSEWHERE: Final = (
 )
 
 
+_Body = tuple[Frame, bytes]
+"""A request body and its JSON, checked for size before any request."""
+
+
+def _body(body: Frame) -> _Body:
+    return body, encode_body(body)
+
+
 class Kernel:
     """A persistent Python namespace in the sandbox of ``session``.
 
@@ -539,21 +548,23 @@ class Kernel:
         sandbox = await self._session.asandbox()
         return await arun_cancellable(lambda cancel: self._call(sandbox, body, callback, cancel))
 
-    def _cell_body(self, code: object, timeout: object, env: object) -> Frame:
+    def _cell_body(self, code: object, timeout: object, env: object) -> _Body:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
-        return {
-            "op": "execute",
-            "code": code,
-            "timeout": _positive("timeout", timeout),
-            "grace": self._grace,
-            "env": _env(env),
-            "max_output": self._max_output,
-            "max_result": self._max_result,
-            "budget": STREAM_BUDGET,
-        }
+        return _body(
+            {
+                "op": "execute",
+                "code": code,
+                "timeout": _positive("timeout", timeout),
+                "grace": self._grace,
+                "env": _env(env),
+                "max_output": self._max_output,
+                "max_result": self._max_result,
+                "budget": STREAM_BUDGET,
+            }
+        )
 
-    def _install_body(self, packages: object, timeout: object, pip_args: object) -> Frame:
+    def _install_body(self, packages: object, timeout: object, pip_args: object) -> _Body:
         if isinstance(packages, str) or not isinstance(packages, Sequence):
             raise TypeError("packages must be a sequence of requirement strings")
         if isinstance(pip_args, str) or not isinstance(pip_args, Sequence):
@@ -561,28 +572,36 @@ class Kernel:
         names = [_text("package", p) for p in packages]
         if not names or any(not p.strip() or "\n" in p for p in names):
             raise ValueError("packages must be one or more non-empty requirement strings")
-        return {
-            "op": "install",
-            "packages": names,
-            "pip_args": [_text("pip argument", a) for a in pip_args],
-            "timeout": _positive("timeout", timeout),
-            "max_output": self._max_output,
-            "budget": STREAM_BUDGET,
-        }
+        return _body(
+            {
+                "op": "install",
+                "packages": names,
+                "pip_args": [_text("pip argument", a) for a in pip_args],
+                "timeout": _positive("timeout", timeout),
+                "max_output": self._max_output,
+                "budget": STREAM_BUDGET,
+            }
+        )
 
     def _call(
         self,
         sandbox: Any,
-        body: Frame,
+        request: _Body,
         on_output: OutputCallback | None,
         cancel: Cancellation | None,
     ) -> ExecutionResult:
         """The blocking body shared by the sync and async faces.
 
-        One request; two when the sandbox lost the daemon's source file (it is sent again).
+        One request; two when the sandbox lost the daemon's source file (it is sent again). A
+        body too large for argv is uploaded first (see :mod:`lizard_core._staging`).
         """
+        body, encoded = request
         self._acquire(cancel)
+        job = None
         try:
+            staged = None
+            if len(encoded) > STAGE_OVER_BYTES:
+                job, staged = stage_body(self._session, sandbox, encoded)
             while True:
                 assembler = _Assembler(on_output, self._max_output, self._max_result)
                 allowance = float(body["timeout"]) + self._grace + _DEADLINE_MARGIN_S
@@ -593,6 +612,7 @@ class Kernel:
                     on_frame=assembler.feed,
                     deadline_s=allowance,
                     cancel=cancel,
+                    staged=staged,
                 )
                 if final.get("need_source"):
                     self._daemon_sent = False
@@ -622,6 +642,8 @@ class Kernel:
             self._kernel_id = final.get("kernel")
             return result
         finally:
+            if job is not None:
+                schedule_cleanup(sandbox, job)
             self._lock.release()
 
     def _read_spill(self, sandbox: Any, path: str, assembler: _Assembler) -> None:
@@ -655,6 +677,7 @@ class Kernel:
         on_frame: Callable[[Frame], None] | None = None,
         deadline_s: float = START_ALLOWANCE_S + 30.0,
         cancel: Cancellation | None = None,
+        staged: list[str] | None = None,
     ) -> Frame:
         version, payload = _daemon_payload()
         request: Frame = {
@@ -666,7 +689,9 @@ class Kernel:
         }
         if not self._daemon_sent:
             request["daemon"] = payload
-        if body is not None:
+        if staged:
+            request["staged"] = staged
+        elif body is not None:
             request["body"] = body
         final = run_guest(
             sandbox,

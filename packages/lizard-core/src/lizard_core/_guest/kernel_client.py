@@ -14,6 +14,8 @@ exactly one ``end``. Requests:
   it is needed and missing the answer is ``{"t": "end", "need_source": true}``.
 - ``{"op": "interrupt" | "restart" | "close", "key"}``: SIGINT to the daemon; kill it (its whole
   process group) and start a fresh one; kill it and remove its directory.
+- A ``body`` too large for argv arrives as ``staged`` instead: the files (in one job directory)
+  the host uploaded its JSON to, read in order and removed once a daemon is there to take it.
 - Every request may carry the guest protocol's ``rm`` (job directories to remove), honoured as
   the agent honours it, so cleanup piggybacked on a kernel call is never lost.
 
@@ -543,6 +545,47 @@ def spill_of(body: Frame) -> Optional[str]:
     return path if os.path.exists(path) else None
 
 
+def staged_paths(paths: Any) -> List[str]:
+    """The files a large request body was uploaded to, in order (only job files are accepted)."""
+    if not paths:
+        return []
+    if not isinstance(paths, list) or not all(
+        isinstance(p, str) and os.path.dirname(os.path.dirname(os.path.normpath(p))) == JOBS_ROOT
+        for p in paths
+    ):
+        raise Refused("the request named staged files outside the job directories")
+    return paths
+
+
+def read_staged(paths: List[str]) -> Frame:
+    """The request body the host uploaded to ``paths`` (too large for argv), as JSON."""
+    chunks = []
+    try:
+        for path in paths:
+            with open(path, "rb") as f:
+                chunks.append(f.read())
+        body = json.loads(b"".join(chunks))
+    except (OSError, ValueError) as exc:
+        raise Refused("the staged request could not be read: %s" % exc) from None
+    if not isinstance(body, dict):
+        raise Refused("the staged request is not an object")
+    return body
+
+
+def remove_staged(paths: List[str]) -> None:
+    """Free the disk now; the host also has the job directory removed by its next request."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if paths:
+        try:
+            os.rmdir(os.path.dirname(paths[0]))
+        except OSError:
+            pass
+
+
 def cleanup(paths: Optional[List[str]]) -> None:
     """Remove job directories the host has finished with (the guest protocol's ``rm``).
 
@@ -566,11 +609,15 @@ def main() -> None:
     try:
         directory = kernel_dir(str(req["key"]))
         if op in ("execute", "install", "ping"):
+            staged = staged_paths(req.get("staged"))
+            if staged:
+                req["body"] = read_staged(staged)
             try:
                 sock, spawned, lost = open_kernel(directory, req)
             except NeedSource:
-                final(need_source=True)
+                final(need_source=True)  # the staged body stays for the retry
                 return
+            remove_staged(staged)
             relay(directory, req, sock, spawned, lost)
         elif op == "interrupt":
             pid = read_pid(directory)
