@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import GuestProtocolError
 from lizard_core.kernel import Kernel
@@ -243,3 +244,41 @@ def test_a_cell_that_closes_its_stdout_leaves_the_next_cell_its_output(
     assert result.error is None, result.error
     assert result.stdout.split() == ["py", "sub"]
     assert result.stderr == "fd2\n"
+
+
+# -- commands: the command can write to the agent's stdout (/proc/$PPID/fd/1) -------------------
+
+
+def test_a_forged_command_end_naming_a_sparse_spill_is_refused_unread(session: Session) -> None:
+    """The command forges the agent's end frame, names a 512 MiB sparse spill, kills the agent."""
+    script = (
+        "mkdir -p /tmp/.lizard-core/hostile && truncate -s 512M /tmp/.lizard-core/hostile/1 && "
+        'printf \'{"t":"end","rc":0,"n":[536870912,0],"sp":["/tmp/.lizard-core/hostile/1",null]}'
+        "\\n' > /proc/$PPID/fd/1 && kill -9 $PPID"
+    )
+    with peak_rss_growth() as growth, pytest.raises(GuestProtocolError):
+        run_command(session, ["sh", "-c", script], timeout=30)
+    assert growth[0] < 32 * MiB, f"peak RSS grew by {growth[0] / MiB:.0f} MiB"
+    assert run_command(session, ["rm", "-rf", "/tmp/.lizard-core/hostile"]).exit_code == 0
+
+
+def test_forged_command_output_past_the_limit_is_refused_bounded(
+    session: Session, lizard_local: Any
+) -> None:
+    """30 MB of well-formed output frames written straight to the exec stream, uncapped."""
+    saved = lizard_local.info()["settings"]
+    lizard_local.configure(stream_cap_bytes=None)
+    forge = (
+        "import base64, json, os\n"
+        "frame = json.dumps({'t': 'o', 's': 1, 'd': base64.b64encode(b'x' * 24576).decode()})\n"
+        "out = open('/proc/%d/fd/1' % os.getppid(), 'w')\n"
+        "for _ in range(1250):\n"
+        "    out.write(frame + '\\n')\n"
+        "out.flush()\n"
+    )
+    try:
+        with peak_rss_growth() as growth, pytest.raises(GuestProtocolError, match="limit"):
+            run_command(session, ["python3", "-c", forge], timeout=60, output_limit=1024 * 1024)
+        assert growth[0] < 48 * MiB, f"peak RSS grew by {growth[0] / MiB:.0f} MiB"
+    finally:
+        lizard_local.configure(stream_cap_bytes=saved["stream_cap_bytes"])

@@ -58,13 +58,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from lizard_core._spill import fetch_bounded
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
 from lizard_core.guest import (
+    JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
     check_outcome,
-    fetch_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -189,6 +190,15 @@ def _validate(
     )
 
 
+def _is_job_file(path: object) -> bool:
+    """A file directly in a job directory, as the agent names its spills."""
+    return (
+        isinstance(path, str)
+        and posixpath.normpath(path) == path
+        and posixpath.dirname(posixpath.dirname(path)) == JOBS_ROOT
+    )
+
+
 def _execute(
     session: Session,
     sandbox: Any,
@@ -207,8 +217,16 @@ def _execute(
         kind = frame["t"]
         if kind not in ("o", "z"):
             return
-        index = frame["s"]
-        data = base64.b64decode(frame["d"])
+        # The command can write to the agent's stdout too: frames are checked, not trusted.
+        index = frame.get("s")
+        if index not in (1, 2) or isinstance(index, bool) or not isinstance(frame.get("d"), str):
+            raise GuestProtocolError(f"The command agent sent a malformed {kind!r} frame.")
+        try:
+            data = base64.b64decode(frame["d"], validate=True)
+        except ValueError:
+            raise GuestProtocolError("The command's output arrived damaged.") from None
+        if kind == "o" and len(streams[index]) + len(data) > spec.output_limit:
+            raise GuestProtocolError("The command's output passed its limit on the way.")
         if kind == "z":
             # At most what the limit lets the guest send, plus one byte to notice more.
             room = spec.output_limit - len(streams[index]) + 1
@@ -250,16 +268,25 @@ def _execute(
             session=session,
         )
     )
-    spilled = [path for path in final.get("sp") or () if path]
+    sp = final.get("sp") or [None, None]
+    rc = final.get("rc")
+    if (
+        not isinstance(sp, list)
+        or len(sp) != 2
+        or not all(path is None or _is_job_file(path) for path in sp)
+        or not isinstance(rc, int)
+    ):
+        raise GuestProtocolError("The command agent sent a malformed end frame.")
+    spilled = [path for path in sp if path]
     try:
-        for index, path in zip((1, 2), final.get("sp") or (None, None), strict=True):
+        for index, path in zip((1, 2), sp, strict=True):
             if not path:
                 continue
             if cancel is not None and cancel.cancelled:
                 raise GuestProtocolError("The command was cancelled while its output was fetched.")
-            data = fetch_file(session, sandbox, path)
-            if data is None:
-                raise GuestProtocolError(f"The command's spilled output {path} vanished.")
+            # Never more than the stream's limit leaves room for, whatever the file claims.
+            room = spec.output_limit - len(streams[index])
+            data = fetch_bounded(session, sandbox, path, max_bytes=room)
             streams[index] += data
             callback = callbacks[index]
             if callback is not None and data:
@@ -291,7 +318,7 @@ def _execute(
         )
     cwd = final.get("cwd")
     return CommandResult(
-        exit_code=int(final["rc"]),
+        exit_code=rc,
         stdout=stdout,
         stderr=stderr,
         cwd=cwd if isinstance(cwd, str) else None,

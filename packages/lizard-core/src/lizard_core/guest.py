@@ -12,13 +12,20 @@ program run through :func:`run_guest` (commands, files, and the kernel client):
   :data:`HEARTBEAT_S`, which keeps httpx's per-read timeout from firing on a silent command.
   Exactly one ``{"t": "end", ...}`` frame carries the outcome. Every other frame goes to the
   caller's ``on_frame`` in order; a frame carrying ``pg`` names a process group the guest owns.
+- **Bounds.** The guest runs untrusted code, which can write to its stdout, so frames are
+  believed only as far as they are checked: a ``pid`` or ``pg`` must be a pid (else the line is
+  malformed), one ``pid`` and one ``end`` count, a line is held up to 1 MiB while its pieces are
+  rejoined (the transport bounds each event line too), and only a few malformed lines and
+  process groups are kept. What a frame carries beyond that is the caller's ``on_frame`` to
+  check (:mod:`lizard_core._kernel_frames` for the kernel).
 - **Proof of completion.** :func:`run_guest` returns the ``end`` frame, and only that proves the
   guest finished: a stream that ends without it (the guest died, the stream was dropped, the
   platform cut it) raises :class:`~lizard_core.errors.GuestProtocolError`, never a short
   success; so do malformed lines. A stream that breaks after the guest started also kills the
   guest (it would otherwise run on unobserved). A failure before the guest said anything is
   the translated SDK error (:class:`~lizard_core.errors.TransientError`, ...), and
-  :class:`GuestNotStartedError` when the exec ran but the guest never spoke.
+  :class:`GuestNotStartedError` when the exec ran but the guest never spoke (argv past the
+  sandbox's limit, no ``python3``): nothing of the request ran, and its message says so.
 - **A sandbox gone under the call.** When the stream breaks (it ends without the ``end`` frame,
   carries malformed lines, stalls or outlives ``deadline_s``) or the exec's transport fails
   (:class:`~lizard_core.errors.TransientError`), one ``GET /api/sandboxes/{id}`` decides:

@@ -9,8 +9,11 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
   costs create + 1): the client starts the daemon itself when none is running. A cell whose
   frames pass :data:`STREAM_BUDGET` (big images, lots of output) costs one more, a ``GET files``
   for the rest, which then reaches ``on_output`` at the end; its job directory is removed by the
-  next guest request at no cost. Constructing a kernel makes no request; bad arguments raise
-  TypeError/ValueError before any sandbox exists.
+  next guest request at no cost. A cell too large for argv (its request over
+  :data:`~lizard_core._staging.STAGE_OVER_BYTES` of JSON) is uploaded first, one ``POST files``
+  per 4 MiB (:mod:`lizard_core._staging`). Constructing a kernel makes no request; bad arguments
+  raise TypeError/ValueError before any sandbox exists, and so does a request body over
+  :data:`~lizard_core._staging.MAX_BODY_BYTES`.
 - **Cells run as IPython runs them.** The statements, then the last expression, whose value is the
   main rich result (a trailing ``;`` hides it). Variables, functions, classes and imports persist
   between cells; classes defined in cells pickle (``__main__`` is the namespace); ``__future__``
@@ -46,6 +49,16 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
   output.
 - **Cancellation.** Cancelling :meth:`Kernel.aexecute`'s task (or Ctrl-C in :meth:`execute`)
   interrupts the running cell, keeps the kernel, waits for the guest to finish, and propagates.
+  A cancelled cell that does not stop (it ignores SIGINT, or sits in native code) is left
+  running only until the next call: that call waits at most ``grace`` plus a second behind it,
+  then kills the kernel and runs in a fresh one, and its result has ``state_lost`` and a notice.
+- **Untrusted guest.** Cell code can forge any frame (the daemon's channel is on its call stack,
+  the exec stream at ``/proc/<pid>/fd/1``), so the host believes nothing it has not checked:
+  every frame is validated (:mod:`lizard_core._kernel_frames`), output is bounded by
+  ``max_output_bytes`` plus 64 KiB and rich results and error text by 64 times
+  ``max_result_bytes`` plus 1 MiB, and a spill file is fetched only within what those limits
+  allow and read a bounded line at a time (:mod:`lizard_core._spill`). Anything else is a
+  :class:`~lizard_core.errors.GuestProtocolError`, and the kernel serves the next call.
 - **Concurrency.** A :class:`Kernel` runs one cell at a time (concurrent calls queue).
   :meth:`interrupt`, :meth:`restart` and :meth:`close` do not wait for a running cell.
 - **Place.** The daemon listens on a Unix socket in ``$TMPDIR/.lizard-kernel-<uid>/<name>-<id>``

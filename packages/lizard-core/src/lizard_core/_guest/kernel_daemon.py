@@ -37,6 +37,14 @@ Contract with the client:
   that a client queued behind an orphaned cell (its client killed) can tell and restart the
   kernel (see ``kernel_client``).
 
+What the daemon bounds for a cell that behaves: output per request (``max_output``), each rich
+value (``max_result``), frame lines (under 64 KiB), the queue to a slow reader (``QUEUE_MAX``),
+the request it reads (``REQUEST_MAX``) and its own log (``LOG_MAX``). It cannot bound a cell that
+does not behave (cell code runs in this process and can reach everything here), so the host
+validates and bounds whatever arrives on its own (``lizard_core._kernel_frames``, ``_spill``).
+Descriptors 1 and 2 are pointed at their pipes again after every cell, so a cell that closes them
+does not silence later cells.
+
 Frames: ``cell`` (kernel id, pid, execution count ``n``), ``o`` (stream ``s`` 1 or 2, base64
 bytes ``d``), ``cut`` (stream, limit), ``res`` (result index ``i``, ``main`` flag, ``omit``: mime
 types left out for size), ``rd`` (index, mime type ``m``, a piece ``d`` of the value; pieces of one
