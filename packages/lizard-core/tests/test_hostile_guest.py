@@ -246,6 +246,16 @@ def test_a_cell_that_closes_its_stdout_leaves_the_next_cell_its_output(
     assert result.stderr == "fd2\n"
 
 
+def test_a_cell_that_ends_the_exec_stream_gets_a_clear_error(kernel: Kernel) -> None:
+    """The cell kills its kernel client, which closes the exec stream before the end frame."""
+    code = FIND_CLIENT_STDOUT + "import os, signal\nos.kill(_pid, signal.SIGKILL)\n"
+    started = time.monotonic()
+    with pytest.raises(GuestProtocolError, match="without its final frame"):
+        kernel.execute(code, timeout=30)
+    assert time.monotonic() - started < 30
+    _still_serves(kernel)
+
+
 # -- commands: the command can write to the agent's stdout (/proc/$PPID/fd/1) -------------------
 
 
