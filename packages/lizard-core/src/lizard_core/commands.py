@@ -61,11 +61,11 @@ from typing import Any, Final
 from lizard_core._spill import fetch_bounded
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
 from lizard_core.guest import (
-    JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
     check_outcome,
+    is_job_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -190,15 +190,6 @@ def _validate(
     )
 
 
-def _is_job_file(path: object) -> bool:
-    """A file directly in a job directory, as the agent names its spills."""
-    return (
-        isinstance(path, str)
-        and posixpath.normpath(path) == path
-        and posixpath.dirname(posixpath.dirname(path)) == JOBS_ROOT
-    )
-
-
 def _execute(
     session: Session,
     sandbox: Any,
@@ -273,7 +264,7 @@ def _execute(
     if (
         not isinstance(sp, list)
         or len(sp) != 2
-        or not all(path is None or _is_job_file(path) for path in sp)
+        or not all(path is None or is_job_file(path) for path in sp)
         or not isinstance(rc, int)
     ):
         raise GuestProtocolError("The command agent sent a malformed end frame.")

@@ -74,6 +74,7 @@ import contextlib
 import functools
 import json
 import logging
+import posixpath
 import queue
 import threading
 import time
@@ -113,6 +114,7 @@ __all__ = [
     "check_outcome",
     "encode_args",
     "fetch_file",
+    "is_job_file",
     "loop_callback",
     "run_guest",
     "schedule_cleanup",
@@ -201,6 +203,15 @@ def schedule_cleanup(sandbox: Any, job_dir: str) -> None:
         raise ValueError(f"not a job directory: {job_dir!r}")
     with _cleanup_lock:
         _cleanup.setdefault(str(sandbox.sandbox_id), set()).add(job_dir)
+
+
+def is_job_file(path: object) -> TypeGuard[str]:
+    """True for a file directly in a job directory, the only files a guest may name to fetch."""
+    return (
+        isinstance(path, str)
+        and posixpath.normpath(path) == path
+        and posixpath.dirname(posixpath.dirname(path)) == JOBS_ROOT
+    )
 
 
 def _take_cleanup(sandbox_id: str) -> list[str]:
