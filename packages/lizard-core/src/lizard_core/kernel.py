@@ -136,8 +136,9 @@ START_ALLOWANCE_S: Final = 60.0
 _DEADLINE_MARGIN_S: Final = 2 * START_ALLOWANCE_S + 30.0
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _RESULT_OVERHEAD: Final = 256
-_OUTPUT_SLACK: Final = 64 * 1024
 """What one rich result costs against the result budget before its data."""
+_OUTPUT_SLACK: Final = 64 * 1024
+"""Output believed past ``max_output_bytes`` (the daemon cuts at a chunk boundary)."""
 
 
 class KernelUnavailableError(LizardIntegrationError):
