@@ -466,8 +466,10 @@ def test_cancelling_aexecute_interrupts_the_cell_and_keeps_the_kernel(
         "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)",
         "import time\nwhile True:\n    try:\n        time.sleep(120)\n"
         "    except KeyboardInterrupt:\n        pass",
+        # Catastrophic backtracking: C code that holds the GIL, so no handler or thread runs.
+        "import re\nre.match(r'(a*)*b', 'a' * 64)",
     ],
-    ids=["SIG_IGN", "swallows KeyboardInterrupt"],
+    ids=["SIG_IGN", "swallows KeyboardInterrupt", "native code"],
 )
 def test_a_cancelled_cell_that_will_not_stop_is_replaced_by_the_next_call(
     interpreter_session: Session, stubborn: str
