@@ -456,7 +456,8 @@ class _GuestCall:
                 if self.final is not None and finish_by is None:
                     finish_by = last + FINISH_GRACE_S
             elif kind == "stderr":
-                self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value]
+                # Only the end of the tail is ever shown: lines are kept short.
+                self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value[-500:]]
             elif kind == "noise":
                 self._noise(value[:200])
             elif kind == "exec_pid":

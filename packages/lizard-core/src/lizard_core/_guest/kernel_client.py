@@ -63,9 +63,9 @@ T0 = time.monotonic()
 # The guest protocol's job directories (see the agent); ``rm`` may name only these.
 JOBS_ROOT = "/tmp/.lizard-core"
 START = b'{"t":"cell"'
+FINAL = b'{"t":"end"'
 # While queued behind another request, how often to check whether its client is gone.
 QUEUE_POLL = 0.25
-FINAL = b'{"t":"end"'
 
 
 def emit(obj: Frame) -> None:
