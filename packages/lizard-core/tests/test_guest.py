@@ -553,6 +553,18 @@ def test_async_commands_work_under_trio(module_session: Any) -> None:
     assert trio.run(main) == b"trio\n"
 
 
+def test_a_request_that_cannot_start_says_nothing_ran(module_session: Any) -> None:
+    """Issue 15, item 6: argv past the sandbox's limit once read as "cannot be trusted"."""
+    sandbox = module_session.sandbox()
+    with pytest.raises(guest.GuestNotStartedError, match="nothing of the request ran"):
+        guest.run_guest(
+            sandbox,
+            {"op": "exists", "path": "/"},
+            data_args=guest.encode_args(b"x" * 3_000_000),
+            session=module_session,
+        )
+
+
 def test_errors_are_lizard_integration_errors(module_session: Any) -> None:
     assert issubclass(guest.GuestNotStartedError, GuestProtocolError)
     assert issubclass(GuestProtocolError, LizardIntegrationError)

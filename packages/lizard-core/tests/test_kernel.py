@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import threading
 import time
 import uuid
@@ -457,6 +458,62 @@ def test_cancelling_aexecute_interrupts_the_cell_and_keeps_the_kernel(
     asyncio.run(main())
     assert time.monotonic() - started < 10
     assert _run(kernel, "stopped, kept").text == "(True, 1)"
+
+
+@pytest.mark.parametrize(
+    "stubborn",
+    [
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)",
+        "import time\nwhile True:\n    try:\n        time.sleep(120)\n"
+        "    except KeyboardInterrupt:\n        pass",
+        # Catastrophic backtracking: C code that holds the GIL, so no handler or thread runs.
+        "import re\nre.match(r'(a*)*b', 'a' * 64)",
+    ],
+    ids=["SIG_IGN", "swallows KeyboardInterrupt", "native code"],
+)
+def test_a_cancelled_cell_that_will_not_stop_is_replaced_by_the_next_call(
+    interpreter_session: Session, stubborn: str
+) -> None:
+    """Issue 15, item 1: the orphaned cell once kept the daemon, and later calls waited minutes."""
+    grace = 1.0
+
+    async def cancel_a_stubborn_cell(kernel: Kernel) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(kernel.aexecute(stubborn, timeout=300), 1.5)
+
+    for kernel in _kernel(interpreter_session, grace=grace):
+        _run(kernel, "kept = 1")
+        asyncio.run(cancel_a_stubborn_cell(kernel))
+        started = time.monotonic()
+        result = _run(kernel, "'kept' in dir()", timeout=5)
+        # The orphan's grace plus a second, a restart, and room for a loaded machine; without
+        # the bound the call waited out its host deadline (timeout + grace + 150 s).
+        assert time.monotonic() - started < 30
+        assert result.error is None
+        assert result.text == "False"
+        assert result.state_lost
+        assert result.notice is not None
+        assert "cancelled" in result.notice
+        assert "restarted" in result.notice
+        after = _run(kernel, "1 + 1")
+        assert after.text == "2"
+        assert not after.state_lost
+
+
+def test_a_cell_larger_than_the_argv_limit_runs_staged_through_files(
+    kernel: Kernel, lizard_counters: Any
+) -> None:
+    """Issue 15, item 6: a cell of more than about 1.5 MB once failed before it started."""
+    _run(kernel, "import os")
+    lizard_counters.reset_counters()
+    result = _run(kernel, f"data = {'d' * 3_000_000!r}\nlen(data)")
+    assert result.error is None
+    assert result.text == "3000000"
+    routes = {r: n for r, n in lizard_counters.counters()["routes"].items() if n}
+    assert routes == {EXEC: 1, "POST /api/sandboxes/{id}/files": 1}
+    # The staged body is gone from the sandbox once read.
+    left = _run(kernel, "import glob\nglob.glob('/tmp/.lizard-core/*/b0*')")
+    assert left.text == "[]"
 
 
 def test_restart_starts_a_fresh_namespace(kernel: Kernel) -> None:

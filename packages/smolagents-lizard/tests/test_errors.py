@@ -6,6 +6,7 @@ import pytest
 from smolagents.utils import AgentError
 
 from lizard_core import errors as core
+from lizard_core.guest import GuestNotStartedError
 from lizard_core.kernel import KernelUnavailableError
 from smolagents_lizard._errors import (
     PackageInstallError,
@@ -49,6 +50,17 @@ def test_lost_answers_are_step_errors_saying_the_effect_is_unknown(
     ):
         raise error
     assert isinstance(raised.value, AgentError)
+    assert raised.value.__cause__ is error
+
+
+def test_a_request_the_sandbox_could_not_start_is_a_step_error_saying_nothing_ran() -> None:
+    error = GuestNotStartedError("The guest program did not start (Argument list too long)")
+    with (
+        pytest.raises(StepError, match="so nothing of it ran") as raised,
+        mapped_errors("defining the variables"),
+    ):
+        raise error
+    assert "unknown" not in raised.value.message
     assert raised.value.__cause__ is error
 
 

@@ -5,7 +5,9 @@ Every test runs on both templates (``base``: no Jupyter; ``interpreter``).
 
 from __future__ import annotations
 
+import _thread
 import gc
+import threading
 import time
 from collections.abc import Callable
 from importlib.metadata import entry_points
@@ -302,6 +304,61 @@ def test_a_cell_that_ignores_the_interrupt_restarts_the_kernel(
     assert "ignoring interrupts" in message
     assert "TimeoutError" in message
     assert "every variable, import and function defined in earlier steps is gone" in message
+
+
+def test_a_step_stopped_by_ctrl_c_whose_cell_will_not_stop_is_told_as_lost_state(
+    make_executor: MakeExecutor,
+) -> None:
+    """Issue 15, item 1: the orphaned cell once wedged the kernel for every later step."""
+    executor = make_executor(command_timeout_ms=300_000)
+    executor.send_variables({"seed": 7})
+    executor("kept = 1")
+    timer = threading.Timer(1.5, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            executor(
+                "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(120)"
+            )
+    finally:
+        timer.cancel()
+    started = time.monotonic()
+    output = executor("'kept' in globals()")
+    # The cell's grace (3 s) plus a second and a restart, with room for a loaded machine;
+    # without the bound the step waited out its host deadline (minutes).
+    assert time.monotonic() - started < 40
+    assert output.output == "False"  # the step ran, in a fresh kernel
+    assert "was cancelled did not stop" in output.logs
+    assert "every variable, import and function defined in earlier steps is gone" in output.logs
+    assert executor("seed").output == "7"  # the agent's variables were sent again
+
+
+def test_variables_larger_than_the_argv_limit_reach_the_sandbox(run_agent: RunAgent) -> None:
+    """Issue 15, item 6: a cell travelled in argv, and 3 MB of variables aborted the run."""
+    big = "v" * 3_000_000
+    _, result = run_agent(
+        code("final_answer([len(big), big[:3], len(code)])"),
+        code("final_answer(len(big))"),
+        additional_args={"big": big, "code": "x = 1\n" * 300_000},
+    )
+    assert result == [3_000_000, "vvv", 1_800_000]
+
+
+def test_a_final_answer_nested_100_000_deep_is_a_step_error_the_model_sees(
+    run_agent: RunAgent,
+) -> None:
+    """Issue 15, item 9: the host once raised RecursionError decoding it."""
+    agent, result = run_agent(
+        code(
+            "class FinalAnswerException(Exception):\n    pass\n"
+            "raise FinalAnswerException('safe:' + '[' * 100_000 + ']' * 100_000)"
+        ),
+        code("final_answer('flat')"),
+    )
+    assert result == "flat"
+    message = str(steps(agent)[0].error)
+    assert "FinalAnswerError" in message
+    assert "nested too deeply" in message
 
 
 def test_a_gone_sandbox_ends_the_run_at_once(

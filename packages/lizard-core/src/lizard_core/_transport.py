@@ -50,9 +50,17 @@ from typing import Any, Final
 import httpx
 from lizard.errors import handle_api_error
 
+from lizard_core._lines import bounded_lines
 from lizard_core.errors import SandboxGoneError
 
-__all__ = ["FILES_TIMEOUT_S", "KEEPALIVE_S", "ExecResult", "ReadAbandonedError", "Transport"]
+__all__ = [
+    "FILES_TIMEOUT_S",
+    "KEEPALIVE_S",
+    "MAX_EVENT_LINE",
+    "ExecResult",
+    "ReadAbandonedError",
+    "Transport",
+]
 
 FILES_TIMEOUT_S: Final = 60.0
 """The SDK's ``HTTP_TIMEOUT_S`` for files requests."""
@@ -60,6 +68,9 @@ GC_AFTER_BYTES: Final = 1 << 20
 """Uploads at least this large free their body at once (see :meth:`Transport.write_bytes`)."""
 KEEPALIVE_S: Final = 4.0
 """How long an idle pooled connection is kept for reuse."""
+MAX_EVENT_LINE: Final = 4 * 1024 * 1024
+"""Longest server-sent event line read from an exec stream (the platform splits output lines at
+64 KiB, which JSON escaping can grow sixfold)."""
 _DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
 
 
@@ -119,11 +130,16 @@ class Transport:
         on_stderr: Callable[[str], None] | None = None,
         on_pid: Callable[[int], None] | None = None,
         on_abortable: Callable[[Callable[[], None]], None] | None = None,
+        collect: bool = True,
     ) -> ExecResult:
         """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool.
 
-        ``on_abortable`` receives, once the response has started, a function that any thread
-        may call to cut the stream off (the reading thread then fails at once), so that a
+        Three additions for a stream from untrusted code over a faulty network: every event
+        line is bounded by :data:`MAX_EVENT_LINE` (:class:`~lizard_core._lines.LineTooLongError`
+        past it); ``collect=False`` leaves the lines out of the result (its ``stdout``/``stderr``
+        stay empty) for a caller that reads them through the callbacks and must not hold them
+        all; ``on_abortable`` receives, once the response has started, a function that any
+        thread may call to cut the stream off (the reading thread then fails at once), so that a
         caller that gave up on a stalled stream does not leave this thread reading it.
         """
         body: dict[str, Any] = {"cmd": [str(a) for a in cmd]}
@@ -146,29 +162,29 @@ class Transport:
             cutter = _Cutter(res)
             if on_abortable is not None:
                 on_abortable(cutter.cut)
-            for raw in cutter.lines():
-                if not raw.startswith("data:"):
-                    continue
-                try:
-                    ev = json.loads(raw[5:].strip())
-                except ValueError:
-                    continue  # a partial or non-JSON keepalive frame, as the SDK skips it
-                if not isinstance(ev, dict):
-                    continue  # the SDK would fail on .get(); such a frame carries nothing
-                line = ev.get("line")
-                if line is not None:
-                    if ev.get("stream") == "stderr":
-                        stderr_parts.append(line)
-                        if on_stderr is not None:
-                            on_stderr(line)
-                    else:
-                        stdout_parts.append(line)
-                        if on_stdout is not None:
-                            on_stdout(line)
-                if ev.get("pid") is not None and on_pid is not None:
-                    on_pid(ev["pid"])
-                if ev.get("exitCode") is not None:
-                    exit_code = ev["exitCode"]
+            for line in bounded_lines(cutter.chunks(), MAX_EVENT_LINE, what="The exec stream"):
+                # httpx's iter_lines also ends a line at a lone \r; JSON data never holds one.
+                for raw in line.decode("utf-8", "replace").split("\r"):
+                    if not raw.startswith("data:"):
+                        continue
+                    try:
+                        ev = json.loads(raw[5:].strip())
+                    except ValueError:
+                        continue  # a partial or non-JSON keepalive frame, as the SDK skips it
+                    if not isinstance(ev, dict):
+                        continue  # the SDK would fail on .get(); such a frame carries nothing
+                    text = ev.get("line")
+                    if isinstance(text, str):
+                        is_err = ev.get("stream") == "stderr"
+                        if collect:
+                            (stderr_parts if is_err else stdout_parts).append(text)
+                        callback = on_stderr if is_err else on_stdout
+                        if callback is not None:
+                            callback(text)
+                    if ev.get("pid") is not None and on_pid is not None:
+                        on_pid(ev["pid"])
+                    if ev.get("exitCode") is not None:
+                        exit_code = ev["exitCode"]
         return ExecResult("\n".join(stdout_parts), "\n".join(stderr_parts), exit_code)
 
     def read_bytes(
@@ -227,6 +243,59 @@ class Transport:
             res.close()
         return buffer.getvalue()
 
+    def open_bounded(
+        self, sandbox_id: str, path: str, *, max_bytes: int, headers_timeout: float
+    ) -> httpx.Response:
+        """``GET files`` of a file the guest named, opened for streaming; the caller closes it.
+
+        Nothing about the file is trusted before it is read: headers that do not come within
+        ``headers_timeout`` (a FIFO), a body without ``Content-Length`` (a device) or one that
+        announces more than ``max_bytes`` abandon the request with :class:`ReadAbandonedError`
+        before a byte of the body is read, and no buffer is ever sized from the header. Read
+        the body with :meth:`iter_bounded`, which holds the same limit should the body run on.
+        """
+        client = self._get_client()
+        request = client.build_request(
+            "GET",
+            self._url(sandbox_id, "files"),
+            headers=self._headers,
+            params={"path": path},
+            timeout=httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
+        )
+        try:
+            res = client.send(request, stream=True)
+        except httpx.ReadTimeout:
+            raise ReadAbandonedError(
+                f"No response headers within {headers_timeout:g} s; the request was abandoned."
+            ) from None
+        try:
+            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
+            if not res.is_success:
+                res.read()
+                handle_api_error(res.status_code, res.text)
+            length = res.headers.get("content-length", "")
+            if not length.isdigit():
+                raise ReadAbandonedError("The file came without a length; it was not read.")
+            if int(length) > max_bytes:
+                raise ReadAbandonedError(
+                    f"The file is {int(length):,} bytes, over the {max_bytes:,} bytes this read "
+                    "allows; it was not read."
+                )
+        except BaseException:
+            res.close()
+            raise
+        return res
+
+    @staticmethod
+    def iter_bounded(res: httpx.Response, max_bytes: int) -> Iterator[bytes]:
+        """The body of a response from :meth:`open_bounded`, stopped past ``max_bytes``."""
+        seen = 0
+        for piece in res.iter_bytes():
+            seen += len(piece)
+            if seen > max_bytes:
+                raise ReadAbandonedError(f"The file ran past {max_bytes:,} bytes; it was not read.")
+            yield piece
+
     def write_bytes(self, sandbox_id: str, path: str, data: bytes) -> None:
         """``sandbox.fs.write(path, data)`` for bytes over the pool: one ``POST files``.
 
@@ -283,9 +352,9 @@ class _Cutter:
         self._lock = threading.Lock()
         self._reading = True
 
-    def lines(self) -> Iterator[str]:
+    def chunks(self) -> Iterator[bytes]:
         try:
-            yield from self._response.iter_lines()
+            yield from self._response.iter_bytes()
         finally:
             with self._lock:
                 self._reading = False

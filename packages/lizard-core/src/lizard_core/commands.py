@@ -70,23 +70,22 @@ import json
 import math
 import os
 import posixpath
-import uuid
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from lizard_core._guest import program
+from lizard_core._spill import fetch_bounded
+from lizard_core._staging import stage_body
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
-from lizard_core.files import CHUNK_SIZE
 from lizard_core.guest import (
-    JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
     check_outcome,
     encode_args,
-    fetch_file,
+    is_job_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -281,8 +280,16 @@ def _execute(
         kind = frame["t"]
         if kind not in ("o", "z"):
             return
-        index = frame["s"]
-        data = base64.b64decode(frame["d"])
+        # The command can write to the agent's stdout too: frames are checked, not trusted.
+        index = frame.get("s")
+        if index not in (1, 2) or isinstance(index, bool) or not isinstance(frame.get("d"), str):
+            raise GuestProtocolError(f"The command agent sent a malformed {kind!r} frame.")
+        try:
+            data = base64.b64decode(frame["d"], validate=True)
+        except ValueError:
+            raise GuestProtocolError("The command's output arrived damaged.") from None
+        if kind == "o" and len(streams[index]) + len(data) > spec.output_limit:
+            raise GuestProtocolError("The command's output passed its limit on the way.")
         if kind == "z":
             # At most what the limit lets the guest send, plus one byte to notice more.
             room = spec.output_limit - len(streams[index]) + 1
@@ -318,7 +325,7 @@ def _execute(
             request["stdin"] = "inline"
             data_args = encode_args(spec.input)
         else:
-            input_job, request["stdin"] = _stage_input(session, sandbox, spec.input)
+            input_job, request["stdin"] = stage_body(session, sandbox, spec.input)
     if spec.timeout is None:
         exec_timeout, deadline = UNTIMED_EXEC_S, None
     else:
@@ -341,16 +348,25 @@ def _execute(
         if input_job is not None:
             # Whatever the command did not read is removed by the next request.
             schedule_cleanup(sandbox, input_job)
-    spilled = [path for path in final.get("sp") or () if path]
+    sp = final.get("sp") or [None, None]
+    rc = final.get("rc")
+    if (
+        not isinstance(sp, list)
+        or len(sp) != 2
+        or not all(path is None or is_job_file(path) for path in sp)
+        or not isinstance(rc, int)
+    ):
+        raise GuestProtocolError("The command agent sent a malformed end frame.")
+    spilled = [path for path in sp if path]
     try:
-        for index, path in zip((1, 2), final.get("sp") or (None, None), strict=True):
+        for index, path in zip((1, 2), sp, strict=True):
             if not path:
                 continue
             if cancel is not None and cancel.cancelled:
                 raise GuestProtocolError("The command was cancelled while its output was fetched.")
-            data = fetch_file(session, sandbox, path)
-            if data is None:
-                raise GuestProtocolError(f"The command's spilled output {path} vanished.")
+            # Never more than the stream's limit leaves room for, whatever the file claims.
+            room = spec.output_limit - len(streams[index])
+            data = fetch_bounded(session, sandbox, path, max_bytes=room)
             streams[index] += data
             callback = callbacks[index]
             if callback is not None and data:
@@ -383,33 +399,12 @@ def _execute(
     cwd = final.get("cwd")
     start_errno = final.get("se")
     return CommandResult(
-        exit_code=int(final["rc"]),
+        exit_code=rc,
         stdout=stdout,
         stderr=stderr,
         cwd=cwd if isinstance(cwd, str) else None,
         start_errno=start_errno if type(start_errno) is int else None,
     )
-
-
-def _stage_input(session: Session, sandbox: Any, data: bytes) -> tuple[str, list[str]]:
-    """Upload ``data`` in chunks to a new job directory; return it and the chunk paths."""
-    job = f"{JOBS_ROOT}/{uuid.uuid4().hex[:16]}"
-    staged: list[str] = []
-    try:
-        for index, start in enumerate(range(0, len(data), CHUNK_SIZE)):
-            name = f"{job}/i{index:06d}"
-            session.call(
-                session.transport().write_bytes,
-                str(sandbox.sandbox_id),
-                name,
-                data[start : start + CHUNK_SIZE],
-                idempotent=True,
-            )
-            staged.append(name)
-    except BaseException:
-        schedule_cleanup(sandbox, job)
-        raise
-    return job, staged
 
 
 def run_command(

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from lizard_core._bridge import run_blocking
+from lizard_core._spill import fetch_bounded
 from lizard_core._transport import ReadAbandonedError
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
@@ -80,6 +81,7 @@ from lizard_core.guest import (
     check_outcome,
     encode_args,
     fetch_file,
+    is_job_file,
     run_guest,
     schedule_cleanup,
 )
@@ -118,6 +120,8 @@ _WHOLE: Final = 2**63 - 1
 """A chunk size no file reaches: read the file in one piece."""
 LIST_BUDGET: Final = 256 * 1024
 """Bytes of directory entries sent inside the exec stream; the rest is spilled and fetched."""
+LIST_SPILL_MAX: Final = 256 * 1024 * 1024
+"""Most bytes of spilled directory entries fetched (over a million entries)."""
 _FILE_EXEC_S: Final = 600.0
 
 
@@ -184,10 +188,29 @@ def _check_data(data: object) -> bytes:
     return data if isinstance(data, bytes) else bytes(data)
 
 
+def _job_file(path: object) -> str:
+    if not is_job_file(path):
+        raise GuestProtocolError(f"The guest named an unexpected job file: {str(path)[:200]!r}")
+    return path
+
+
 def _data_frames(frames: list[bytes]) -> Callable[[Frame], None]:
+    received = 0
+
     def on_frame(frame: Frame) -> None:
-        if frame["t"] == "d":
-            frames.append(base64.b64decode(frame["d"]))
+        # Another process in the sandbox can write to the agent's stdout: checked, and bounded
+        # by what one inline read may send.
+        nonlocal received
+        if frame["t"] != "d":
+            return
+        try:
+            piece = base64.b64decode(frame.get("d"), validate=True)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise GuestProtocolError("The file agent sent a malformed data frame.") from None
+        received += len(piece)
+        if received > READ_INLINE:
+            raise GuestProtocolError("The file agent sent more data than one read may.")
+        frames.append(piece)
 
     return on_frame
 
@@ -227,11 +250,16 @@ class SandboxFiles:
             )
         )
 
-    def _get(self, sandbox: Any, path: str, *, ours: bool = False) -> bytes:
+    def _get(
+        self, sandbox: Any, path: str, *, ours: bool = False, max_bytes: int = CHUNK_SIZE
+    ) -> bytes:
         """Raw bytes through the files endpoint: one request, retried on transient errors.
 
         ``ours`` marks a job file this module made: its absence is a protocol failure.
         """
+        if ours:
+            # A job file the guest named: never more than ``max_bytes``, whatever it claims.
+            return fetch_bounded(self._session, sandbox, _job_file(path), max_bytes=max_bytes)
         data = fetch_file(self._session, sandbox, path)
         if data is None:
             if ours:
@@ -255,8 +283,11 @@ class SandboxFiles:
         )
         spilled = final.get("sp")
         if spilled:
+            spilled = _job_file(spilled)
             try:
-                text = self._get(sandbox, spilled, ours=True).decode("ascii")
+                text = self._get(sandbox, spilled, ours=True, max_bytes=LIST_SPILL_MAX).decode(
+                    "ascii"
+                )
             finally:
                 schedule_cleanup(sandbox, posixpath.dirname(spilled))
             rows.extend(json.loads(line) for line in text.splitlines() if line)
@@ -303,7 +334,10 @@ class SandboxFiles:
         if "n" in final:
             data = b"".join(frames)
             if final.get("z"):
-                data = zlib.decompress(data)
+                inflater = zlib.decompressobj()
+                data = inflater.decompress(data, READ_COMPRESSED + 1)  # a bomb stops here
+                if inflater.unconsumed_tail or len(data) > READ_COMPRESSED:
+                    raise GuestProtocolError(f"The compressed read of {path} is too large.")
             if len(data) != final["n"]:
                 raise GuestProtocolError(f"Read {len(data)} of {final['n']} bytes of {path}.")
             yield data
@@ -313,7 +347,7 @@ class SandboxFiles:
             # Checked by the guest to be a regular file, so the files endpoint cannot block.
             yield self._get(sandbox, path)
             return
-        job = posixpath.dirname(part[0])
+        job = posixpath.dirname(_job_file(part[0]))
         try:
             size, offset = final["size"], 0
             while True:

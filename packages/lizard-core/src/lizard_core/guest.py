@@ -12,13 +12,20 @@ program run through :func:`run_guest` (commands, files, and the kernel client):
   :data:`HEARTBEAT_S`, which keeps httpx's per-read timeout from firing on a silent command.
   Exactly one ``{"t": "end", ...}`` frame carries the outcome. Every other frame goes to the
   caller's ``on_frame`` in order; a frame carrying ``pg`` names a process group the guest owns.
+- **Bounds.** The guest runs untrusted code, which can write to its stdout, so frames are
+  believed only as far as they are checked: a ``pid`` or ``pg`` must be a pid (else the line is
+  malformed), one ``pid`` and one ``end`` count, a line is held up to 1 MiB while its pieces are
+  rejoined (the transport bounds each event line too), and only a few malformed lines and
+  process groups are kept. What a frame carries beyond that is the caller's ``on_frame`` to
+  check (:mod:`lizard_core._kernel_frames` for the kernel).
 - **Proof of completion.** :func:`run_guest` returns the ``end`` frame, and only that proves the
   guest finished: a stream that ends without it (the guest died, the stream was dropped, the
   platform cut it) raises :class:`~lizard_core.errors.GuestProtocolError`, never a short
   success; so do malformed lines. A stream that breaks after the guest started also kills the
   guest (it would otherwise run on unobserved). A failure before the guest said anything is
   the translated SDK error (:class:`~lizard_core.errors.TransientError`, ...), and
-  :class:`GuestNotStartedError` when the exec ran but the guest never spoke.
+  :class:`GuestNotStartedError` when the exec ran but the guest never spoke (argv past the
+  sandbox's limit, no ``python3``): nothing of the request ran, and its message says so.
 - **A sandbox gone under the call.** When the stream breaks (it ends without the ``end`` frame,
   carries malformed lines, stalls or outlives ``deadline_s``) or the exec's transport fails
   (:class:`~lizard_core.errors.TransientError`), one ``GET /api/sandboxes/{id}`` decides:
@@ -69,12 +76,13 @@ import contextlib
 import functools
 import json
 import logging
+import posixpath
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeGuard, TypeVar
 
 import anyio
 import anyio.from_thread
@@ -83,6 +91,7 @@ import lizard
 
 from lizard_core._bridge import wait_done
 from lizard_core._guest import program
+from lizard_core._lines import LineTooLongError
 from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
@@ -107,6 +116,7 @@ __all__ = [
     "check_outcome",
     "encode_args",
     "fetch_file",
+    "is_job_file",
     "loop_callback",
     "run_guest",
     "schedule_cleanup",
@@ -136,6 +146,8 @@ ARG_PART: Final = 96 * 1024
 """Base64 characters per argv item (a multiple of 4; the kernel allows 128 KiB per argument)."""
 _LINE_MAX: Final = 1024 * 1024
 _STDERR_TAIL: Final = 20
+_MAX_NOISE: Final = 8
+_MAX_GROUPS: Final = 64
 
 _SIGTERM: Final = 15
 _SIGKILL: Final = 9
@@ -193,6 +205,15 @@ def schedule_cleanup(sandbox: Any, job_dir: str) -> None:
         raise ValueError(f"not a job directory: {job_dir!r}")
     with _cleanup_lock:
         _cleanup.setdefault(str(sandbox.sandbox_id), set()).add(job_dir)
+
+
+def is_job_file(path: object) -> TypeGuard[str]:
+    """True for a file directly in a job directory, the only files a guest may name to fetch."""
+    return (
+        isinstance(path, str)
+        and posixpath.normpath(path) == path
+        and posixpath.dirname(posixpath.dirname(path)) == JOBS_ROOT
+    )
 
 
 def _take_cleanup(sandbox_id: str) -> list[str]:
@@ -262,6 +283,10 @@ class _LineReader:
         if self._pending:
             self._deliver("noise", self._pending)
             self._pending = ""
+
+
+def _is_pid(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
 
 
 def _parse(line: str) -> Frame | None:
@@ -348,6 +373,7 @@ class _GuestCall:
                         self.session.transport().exec_stream,
                         self.sandbox_id,
                         on_abortable=functools.partial(setattr, self, "abort_stream"),
+                        collect=False,
                     )
                 )
                 result = exec_(
@@ -450,9 +476,10 @@ class _GuestCall:
                 if self.final is not None and finish_by is None:
                     finish_by = last + FINISH_GRACE_S
             elif kind == "stderr":
-                self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value]
+                # Only the end of the tail is ever shown: lines are kept short.
+                self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value[-500:]]
             elif kind == "noise":
-                self.noise.append(value[:200])
+                self._noise(value[:200])
             elif kind == "exec_pid":
                 self.exec_pid = int(value)
             elif kind == "cancel":
@@ -467,6 +494,8 @@ class _GuestCall:
                     return self.final  # the outcome is proven; a late transport error is moot
                 started = self.frames_seen or self.exec_pid is not None
                 self.broken = isinstance(value, TransientError)
+                if started and isinstance(value, LineTooLongError):
+                    self.unobserved = True  # the stream was abandoned; the guest may run on
                 if started and isinstance(value, TransientError):
                     # The guest ran and may still be running, unobserved: stop it (unless the
                     # sandbox is gone), and say that the operation may have run rather than
@@ -484,22 +513,31 @@ class _GuestCall:
         if kind == "hb":
             return
         if kind == "pid":
-            self.guest_pid = int(frame["pid"])
+            pid = frame.get("pid")
+            if self.guest_pid is None and _is_pid(pid):
+                self.guest_pid = pid
+            else:
+                self._noise("a malformed or second pid frame")
             return
         if kind == "end":
             if self.final is None:
                 self.final = frame
             else:
-                self.noise.append("a second end frame")
+                self._noise("a second end frame")
             return
         if self.final is not None:
-            self.noise.append(f"a {kind!r} frame after the end frame")
+            self._noise(f"a {kind[:16]!r} frame after the end frame")
             return
         pg = frame.get("pg")
-        if isinstance(pg, int):
+        if _is_pid(pg) and len(self.groups) < _MAX_GROUPS:
             self.groups.add(pg)
         if self.on_frame is not None:
             self.on_frame(frame)
+
+    def _noise(self, what: str) -> None:
+        # Only the first is reported; a flood of them must not grow without bound.
+        if len(self.noise) < _MAX_NOISE:
+            self.noise.append(what)
 
     def _outcome(self, exit_code: int | None = None) -> Frame:
         # Whatever is raised from here is a stream that broke (see _raise_if_gone).
@@ -510,8 +548,12 @@ class _GuestCall:
             )
         if self.final is None:
             why = "" if exit_code is None else f"; the exec exited with code {exit_code}"
-            error = GuestNotStartedError if not self.frames_seen else GuestProtocolError
-            raise error(
+            if not self.frames_seen:
+                raise GuestNotStartedError(
+                    f"The guest program did not start, so nothing of the request ran{why}"
+                    f"{self._context()}."
+                )
+            raise GuestProtocolError(
                 "The guest program's output ended without its final frame, so the result "
                 f"cannot be trusted{why}{self._context()}."
             )
@@ -577,9 +619,9 @@ class _GuestCall:
             except queue.Empty:
                 return True
             if kind == "frame":
-                if value.get("t") == "pid":
-                    self.guest_pid = int(value["pid"])
-                elif isinstance(value.get("pg"), int):
+                if value.get("t") == "pid" and self.guest_pid is None and _is_pid(value.get("pid")):
+                    self.guest_pid = value["pid"]
+                elif _is_pid(value.get("pg")) and len(self.groups) < _MAX_GROUPS:
                     self.groups.add(value["pg"])
                 self.frames_seen += 1
             elif kind == "exec_pid":
@@ -662,11 +704,18 @@ def check_outcome(final: Frame) -> Frame:
     """
     err = final.get("err")
     if err is not None:
+        if not (
+            isinstance(err, list)
+            and len(err) == 3
+            and (err[0] is None or (isinstance(err[0], int) and not isinstance(err[0], bool)))
+            and all(part is None or isinstance(part, str) for part in err[1:])
+        ):
+            raise GuestProtocolError("The guest program sent a malformed error.")
         number, message, filename = err
         raise OSError(number, message, filename)
     bug = final.get("bug")
     if bug is not None:
-        raise GuestProtocolError(f"The guest program failed: {bug}")
+        raise GuestProtocolError(f"The guest program failed: {str(bug)[:2000]}")
     return final
 
 

@@ -9,8 +9,11 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
   costs create + 1): the client starts the daemon itself when none is running. A cell whose
   frames pass :data:`STREAM_BUDGET` (big images, lots of output) costs one more, a ``GET files``
   for the rest, which then reaches ``on_output`` at the end; its job directory is removed by the
-  next guest request at no cost. Constructing a kernel makes no request; bad arguments raise
-  TypeError/ValueError before any sandbox exists.
+  next guest request at no cost. A cell too large for argv (its request over
+  :data:`~lizard_core._staging.STAGE_OVER_BYTES` of JSON) is uploaded first, one ``POST files``
+  per 4 MiB (:mod:`lizard_core._staging`). Constructing a kernel makes no request; bad arguments
+  raise TypeError/ValueError before any sandbox exists, and so does a request body over
+  :data:`~lizard_core._staging.MAX_BODY_BYTES`.
 - **Cells run as IPython runs them.** The statements, then the last expression, whose value is the
   main rich result (a trailing ``;`` hides it). Variables, functions, classes and imports persist
   between cells; classes defined in cells pickle (``__main__`` is the namespace); ``__future__``
@@ -46,6 +49,16 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
   output.
 - **Cancellation.** Cancelling :meth:`Kernel.aexecute`'s task (or Ctrl-C in :meth:`execute`)
   interrupts the running cell, keeps the kernel, waits for the guest to finish, and propagates.
+  A cancelled cell that does not stop (it ignores SIGINT, or sits in native code) is left
+  running only until the next call: that call waits at most ``grace`` plus a second behind it,
+  then kills the kernel and runs in a fresh one, and its result has ``state_lost`` and a notice.
+- **Untrusted guest.** Cell code can forge any frame (the daemon's channel is on its call stack,
+  the exec stream at ``/proc/<pid>/fd/1``), so the host believes nothing it has not checked:
+  every frame is validated (:mod:`lizard_core._kernel_frames`), output is bounded by
+  ``max_output_bytes`` plus 64 KiB and rich results and error text by 64 times
+  ``max_result_bytes`` plus 1 MiB, and a spill file is fetched only within what those limits
+  allow and read a bounded line at a time (:mod:`lizard_core._spill`). Anything else is a
+  :class:`~lizard_core.errors.GuestProtocolError`, and the kernel serves the next call.
 - **Concurrency.** A :class:`Kernel` runs one cell at a time (concurrent calls queue).
   :meth:`interrupt`, :meth:`restart` and :meth:`close` do not wait for a running cell.
 - **Place.** The daemon listens on a Unix socket in ``$TMPDIR/.lizard-kernel-<uid>/<name>-<id>``
@@ -59,7 +72,6 @@ import codecs
 import contextlib
 import functools
 import hashlib
-import json
 import math
 import posixpath
 import re
@@ -70,13 +82,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lizard_core._guest import source
+from lizard_core._kernel_frames import STREAMS, check_end, check_frame, decode_output
+from lizard_core._spill import read_spill
+from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
     Cancellation,
     Frame,
     arun_cancellable,
-    fetch_file,
     loop_callback,
     run_guest,
     schedule_cleanup,
@@ -121,7 +135,10 @@ START_ALLOWANCE_S: Final = 60.0
 """Time allowed for starting the kernel daemon (a first call, or a restart after a kill)."""
 _DEADLINE_MARGIN_S: Final = 2 * START_ALLOWANCE_S + 30.0
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_STREAMS: Final = {1: "stdout", 2: "stderr"}
+_RESULT_OVERHEAD: Final = 256
+"""What one rich result costs against the result budget before its data."""
+_OUTPUT_SLACK: Final = 64 * 1024
+"""Output believed past ``max_output_bytes`` (the daemon cuts at a chunk boundary)."""
 
 
 class KernelUnavailableError(LizardIntegrationError):
@@ -281,8 +298,12 @@ class _Assembler:
         self.max_output = max_output
         # A guard against a misbehaving guest: the guest enforces the real limits.
         self.max_result_total = 64 * max_result + 1024 * 1024
+        # The most a spill file can hold within those limits: output as base64 frames, result
+        # and error text as JSON strings (escaped text, e.g. non-Latin, passes it only when
+        # the results near their total anyway).
+        self.spill_budget = 2 * (max_output + _OUTPUT_SLACK) + 2 * self.max_result_total
         self.chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in _STREAMS}
+        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in STREAMS}
         self.received = 0
         self.truncated = False
         self.results: dict[int, tuple[bool, tuple[str, ...], dict[str, list[str]]]] = {}
@@ -293,53 +314,62 @@ class _Assembler:
         self.error_parts: dict[str, list[str]] = {}
 
     def feed(self, frame: Frame) -> None:
-        kind = frame["t"]
+        kind = check_frame(frame)["t"]
         if kind == "o":
-            index = int(frame["s"])
-            data = base64.b64decode(frame["d"])
+            index = frame["s"]
+            data = decode_output(frame)
             self.received += len(data)
-            if self.received > self.max_output + 64 * 1024:
+            if self.received > self.max_output + _OUTPUT_SLACK:
                 raise GuestProtocolError("The kernel sent more output than its limit allows.")
             self._text(index, self.decoders[index].decode(data))
         elif kind == "cut":
+            if self.truncated:
+                raise GuestProtocolError("The kernel cut a cell's output twice.")
             self.truncated = True
-            index = int(frame["s"])
+            index = frame["s"]
             self._text(index, self.decoders[index].decode(b"", final=True))
             self._text(index, OUTPUT_CUT_MARKER.format(limit=frame["limit"]))
         elif kind == "res":
-            self.results[int(frame["i"])] = (bool(frame["main"]), tuple(frame["omit"]), {})
+            index = frame["i"]
+            # Each result costs the host a little even without data: counted, so that a flood
+            # of empty results is bounded like their data.
+            self._count_result(_RESULT_OVERHEAD, "results")
+            if index in self.results:
+                raise GuestProtocolError("The kernel sent the same result twice.")
+            self.results[index] = (frame["main"], tuple(frame["omit"]), {})
         elif kind == "rd":
-            piece = str(frame["d"])
-            self.result_size += len(piece)
-            if self.result_size > self.max_result_total:
-                raise GuestProtocolError("The kernel sent more result data than its limit allows.")
+            piece = frame["d"]
+            self._count_result(len(piece), "result data")
             try:
-                pieces = self.results[int(frame["i"])][2]
+                pieces = self.results[frame["i"]][2]
             except KeyError:
                 raise GuestProtocolError("The kernel sent data for an unknown result.") from None
-            pieces.setdefault(str(frame["m"]), []).append(piece)
+            pieces.setdefault(frame["m"], []).append(piece)
         elif kind == "et":
-            piece = str(frame["d"])
-            self.result_size += len(piece)
-            if self.result_size > self.max_result_total:
-                raise GuestProtocolError("The kernel sent more error text than its limit allows.")
-            self.error_parts.setdefault(str(frame["f"]), []).append(piece)
+            piece = frame["d"]
+            self._count_result(len(piece), "error text")
+            self.error_parts.setdefault(frame["f"], []).append(piece)
         elif kind == "cell":
-            self.kernel_id = str(frame["kernel"])
-            self.count = int(frame["n"])
+            self.kernel_id = frame["kernel"]
+            self.count = frame["n"]
         elif kind == "spawned":
             self.lost = frame.get("lost")
+
+    def _count_result(self, size: int, what: str) -> None:
+        self.result_size += size
+        if self.result_size > self.max_result_total:
+            raise GuestProtocolError(f"The kernel sent more {what} than its limit allows.")
 
     def _text(self, index: int, text: str) -> None:
         if not text:
             return
-        stream = _STREAMS[index]
+        stream = STREAMS[index]
         self.chunks[stream].append(text)
         if self.on_output is not None:
             self.on_output(stream, text)
 
     def result(self, final: Frame, lost_notice: str | None) -> ExecutionResult:
-        for index in _STREAMS:
+        for index in STREAMS:
             self._text(index, self.decoders[index].decode(b"", final=True))
         error = final.get("error")
         if error is not None:
@@ -382,6 +412,14 @@ _REPLACED_ELSEWHERE: Final = (
     "The Python kernel was restarted since the previous call (by another client of this "
     "sandbox); its variables, imports and functions are lost."
 )
+
+
+_Body = tuple[Frame, bytes]
+"""A request body and its JSON, checked for size before any request."""
+
+
+def _body(body: Frame) -> _Body:
+    return body, encode_body(body)
 
 
 class Kernel:
@@ -524,21 +562,23 @@ class Kernel:
         sandbox = await self._session.asandbox()
         return await arun_cancellable(lambda cancel: self._call(sandbox, body, callback, cancel))
 
-    def _cell_body(self, code: object, timeout: object, env: object) -> Frame:
+    def _cell_body(self, code: object, timeout: object, env: object) -> _Body:
         if not isinstance(code, str):
             raise TypeError(f"code must be a str, not {type(code).__name__}")
-        return {
-            "op": "execute",
-            "code": code,
-            "timeout": _positive("timeout", timeout),
-            "grace": self._grace,
-            "env": _env(env),
-            "max_output": self._max_output,
-            "max_result": self._max_result,
-            "budget": STREAM_BUDGET,
-        }
+        return _body(
+            {
+                "op": "execute",
+                "code": code,
+                "timeout": _positive("timeout", timeout),
+                "grace": self._grace,
+                "env": _env(env),
+                "max_output": self._max_output,
+                "max_result": self._max_result,
+                "budget": STREAM_BUDGET,
+            }
+        )
 
-    def _install_body(self, packages: object, timeout: object, pip_args: object) -> Frame:
+    def _install_body(self, packages: object, timeout: object, pip_args: object) -> _Body:
         if isinstance(packages, str) or not isinstance(packages, Sequence):
             raise TypeError("packages must be a sequence of requirement strings")
         if isinstance(pip_args, str) or not isinstance(pip_args, Sequence):
@@ -546,28 +586,36 @@ class Kernel:
         names = [_text("package", p) for p in packages]
         if not names or any(not p.strip() or "\n" in p for p in names):
             raise ValueError("packages must be one or more non-empty requirement strings")
-        return {
-            "op": "install",
-            "packages": names,
-            "pip_args": [_text("pip argument", a) for a in pip_args],
-            "timeout": _positive("timeout", timeout),
-            "max_output": self._max_output,
-            "budget": STREAM_BUDGET,
-        }
+        return _body(
+            {
+                "op": "install",
+                "packages": names,
+                "pip_args": [_text("pip argument", a) for a in pip_args],
+                "timeout": _positive("timeout", timeout),
+                "max_output": self._max_output,
+                "budget": STREAM_BUDGET,
+            }
+        )
 
     def _call(
         self,
         sandbox: Any,
-        body: Frame,
+        request: _Body,
         on_output: OutputCallback | None,
         cancel: Cancellation | None,
     ) -> ExecutionResult:
         """The blocking body shared by the sync and async faces.
 
-        One request; two when the sandbox lost the daemon's source file (it is sent again).
+        One request; two when the sandbox lost the daemon's source file (it is sent again). A
+        body too large for argv is uploaded first (see :mod:`lizard_core._staging`).
         """
+        body, encoded = request
         self._acquire(cancel)
+        job = None
         try:
+            staged = None
+            if len(encoded) > STAGE_OVER_BYTES:
+                job, staged = stage_body(self._session, sandbox, encoded)
             while True:
                 assembler = _Assembler(on_output, self._max_output, self._max_result)
                 allowance = float(body["timeout"]) + self._grace + _DEADLINE_MARGIN_S
@@ -578,6 +626,7 @@ class Kernel:
                     on_frame=assembler.feed,
                     deadline_s=allowance,
                     cancel=cancel,
+                    staged=staged,
                 )
                 if final.get("need_source"):
                     self._daemon_sent = False
@@ -607,6 +656,8 @@ class Kernel:
             self._kernel_id = final.get("kernel")
             return result
         finally:
+            if job is not None:
+                schedule_cleanup(sandbox, job)
             self._lock.release()
 
     def _read_spill(self, sandbox: Any, path: str, assembler: _Assembler) -> None:
@@ -615,23 +666,15 @@ class Kernel:
         if posixpath.dirname(job) != JOBS_ROOT or posixpath.basename(path) != "frames":
             raise GuestProtocolError(f"The kernel named an unexpected spill file: {path!r}")
         try:
-            data = fetch_file(self._session, sandbox, path)
+            read_spill(
+                self._session,
+                sandbox,
+                path,
+                max_bytes=assembler.spill_budget,
+                on_frame=assembler.feed,
+            )
         finally:
             schedule_cleanup(sandbox, job)  # removed by the next guest request, at no cost
-        if data is None:
-            raise GuestProtocolError(
-                f"The kernel's spilled output {path} vanished before it was fetched."
-            )
-        for line in data.split(b"\n"):
-            if not line:
-                continue
-            try:
-                frame = json.loads(line)
-            except ValueError:
-                raise GuestProtocolError("The kernel's spilled output is malformed.") from None
-            if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
-                raise GuestProtocolError("The kernel's spilled output is malformed.")
-            assembler.feed(frame)
 
     def _acquire(self, cancel: Cancellation | None) -> None:
         # Waits for a running cell; a cancelled async caller stops waiting.
@@ -648,6 +691,7 @@ class Kernel:
         on_frame: Callable[[Frame], None] | None = None,
         deadline_s: float = START_ALLOWANCE_S + 30.0,
         cancel: Cancellation | None = None,
+        staged: list[str] | None = None,
     ) -> Frame:
         version, payload = _daemon_payload()
         request: Frame = {
@@ -659,7 +703,9 @@ class Kernel:
         }
         if not self._daemon_sent:
             request["daemon"] = payload
-        if body is not None:
+        if staged:
+            request["staged"] = staged
+        elif body is not None:
             request["body"] = body
         final = run_guest(
             sandbox,
@@ -671,6 +717,7 @@ class Kernel:
             deadline_s=deadline_s,
             cancel=cancel,
         )
+        check_end(final)
         if not final.get("need_source"):
             self._daemon_sent = True
         return final

@@ -2,7 +2,8 @@
 
 Contract:
 - A failure the model can act on (a Python error, a timeout, a lost namespace, a refused final
-  answer, a dropped connection or a lost answer, after which the step's effects are unknown) is a
+  answer, a dropped connection or a lost answer, after which the step's effects are unknown, or
+  a request the sandbox could not start, after which nothing of the step ran) is a
   ``StepError``: an ``AgentError``, so code that caught the 0.1.0
   package's ``AgentError`` still does. ``CodeAgent`` wraps it in ``AgentExecutionError``, which logs
   it; ``StepError`` itself does not log, so each error is printed once.
@@ -26,6 +27,7 @@ from contextlib import contextmanager
 from smolagents.utils import AgentError
 
 from lizard_core import errors as core_errors
+from lizard_core.guest import GuestNotStartedError
 from lizard_core.kernel import KernelUnavailableError
 
 
@@ -98,6 +100,10 @@ def mapped_errors(doing: str) -> Iterator[None]:
         ) from exc
     except _FATAL as exc:
         raise _unavailable(exc, doing) from exc
+    except GuestNotStartedError as exc:
+        raise StepError(
+            f"The sandbox could not start the code while {doing}, so nothing of it ran ({exc})."
+        ) from exc
     except (core_errors.TransientError, core_errors.GuestProtocolError) as exc:
         raise StepError(
             f"The connection to the sandbox failed while {doing} ({exc}). Whether the code ran "

@@ -15,8 +15,9 @@ What this module maps, and what it leaves to the base class:
   the exception name and an ANSI-free traceback. A timeout interrupts the cell and says so; a cell
   that will not stop gets the kernel restarted, tools and variables re-sent, and the model is told
   its state was lost. A kernel found dead or replaced while checking or installing packages is
-  handled the same way, and the model is told on the next step. A sandbox that is gone ends the
-  run (``SandboxUnavailableError``).
+  handled the same way, and the model is told on the next step; so is a step stopped with
+  Ctrl-C whose cell would not stop (the next step restarts the kernel after the cell's grace). A
+  sandbox that is gone ends the run (``SandboxUnavailableError``).
 - ``cleanup()`` (and its alias ``delete()``, as the built-in executors have) deletes a sandbox
   the executor created (an attached one is left running); so does dropping the executor
   without it, or the process exiting, as a last resort. When a deletion fails the handle is

@@ -8,7 +8,9 @@ Contract:
   ``SafeSerializer.from_json_safe`` (plain data, bytes, dates, tuples, sets, numpy arrays, PIL
   images). ``pickle:`` is refused: the sandbox runs model-written code, and unpickling its output
   would run that code on the host.
-- The encoded answer is bounded (``max_bytes``; the kernel returns exception messages whole).
+- The encoded answer is bounded (``max_bytes``; the kernel returns exception messages whole),
+  and so is its nesting: a value too deep for the decoder (100,000 nested lists, say) is a
+  ``FinalAnswerError``, never a ``RecursionError``.
   Images are bounded in pixels and fully decoded here, so a hostile PNG fails now, with a clear
   error, not later in the caller's code.
 - The patched tool imports numpy and PIL only to serialize arrays and images, inside
@@ -65,6 +67,11 @@ def decode_final_answer(encoded: str, *, max_bytes: int) -> Any:
     try:
         data = json.loads(encoded[len("safe:") :])
         value = SafeSerializer.from_json_safe(data)
+    except RecursionError:
+        # json and the deserializer recurse per level; the sandbox chose the depth.
+        raise FinalAnswerError(
+            "The final answer is nested too deeply to decode; return a flatter value."
+        ) from None
     except (ValueError, TypeError, KeyError, OSError, Image.DecompressionBombError) as exc:
         # OSError: PIL cannot identify the image bytes.
         raise FinalAnswerError(f"The final answer could not be decoded: {exc}") from exc
@@ -73,24 +80,33 @@ def decode_final_answer(encoded: str, *, max_bytes: int) -> Any:
 
 
 def _load_images(value: Any) -> None:
-    """Decode every PIL image in ``value`` now, refusing ones larger than MAX_IMAGE_PIXELS."""
-    if isinstance(value, dict):
-        for item in value.values():
-            _load_images(item)
-    elif isinstance(value, list | tuple | set | frozenset):
-        for item in value:
-            _load_images(item)
-    elif isinstance(value, Image.Image):
-        width, height = value.size
-        if width * height > MAX_IMAGE_PIXELS:
-            raise FinalAnswerError(
-                f"The final answer holds a {width}x{height} image, over the "
-                f"{MAX_IMAGE_PIXELS:,}-pixel limit; return a smaller image."
-            )
-        try:
-            value.load()
-        except (OSError, ValueError) as exc:
-            raise FinalAnswerError(f"The final answer's image could not be decoded: {exc}") from exc
+    """Decode every PIL image in ``value`` now, refusing ones larger than MAX_IMAGE_PIXELS.
+
+    Walks the value with a stack of its own, so no nesting the decoder accepted can exhaust
+    Python's recursion limit here.
+    """
+    todo = [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            todo.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            todo.extend(item)
+        elif isinstance(item, Image.Image):
+            _load_image(item)
+
+
+def _load_image(value: Image.Image) -> None:
+    width, height = value.size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise FinalAnswerError(
+            f"The final answer holds a {width}x{height} image, over the "
+            f"{MAX_IMAGE_PIXELS:,}-pixel limit; return a smaller image."
+        )
+    try:
+        value.load()
+    except (OSError, ValueError) as exc:
+        raise FinalAnswerError(f"The final answer's image could not be decoded: {exc}") from exc
 
 
 def guard_optional_imports(code: str, modules: Iterable[str]) -> str:

@@ -14,6 +14,8 @@ exactly one ``end``. Requests:
   it is needed and missing the answer is ``{"t": "end", "need_source": true}``.
 - ``{"op": "interrupt" | "restart" | "close", "key"}``: SIGINT to the daemon; kill it (its whole
   process group) and start a fresh one; kill it and remove its directory.
+- A ``body`` too large for argv arrives as ``staged`` instead: the files (in one job directory)
+  the host uploaded its JSON to, read in order and removed once a daemon is there to take it.
 - Every request may carry the guest protocol's ``rm`` (job directories to remove), honoured as
   the agent honours it, so cleanup piggybacked on a kernel call is never lost.
 
@@ -31,6 +33,11 @@ Guarantees:
   process group, starts a fresh daemon and reports ``TimeoutError`` with ``state_lost``.
 - Killing this client (host cancellation) closes its connection, which interrupts the cell; the
   kernel and its namespace stay.
+- A request queued behind one whose client is gone (the daemon names that client in its
+  ``busy`` file) waits at most the request's ``grace`` plus a second for the orphaned cell to
+  stop; past that it kills the daemon's process group, starts a fresh daemon and runs there, and
+  its ``end`` carries ``state_lost`` and a notice. So a cancelled cell that ignores SIGINT or sits
+  in native code cannot wedge the kernel for later calls.
 """
 
 from __future__ import annotations
@@ -57,6 +64,8 @@ T0 = time.monotonic()
 JOBS_ROOT = "/tmp/.lizard-core"
 START = b'{"t":"cell"'
 FINAL = b'{"t":"end"'
+# While queued behind another request, how often to check whether its client is gone.
+QUEUE_POLL = 0.25
 
 
 def emit(obj: Frame) -> None:
@@ -263,7 +272,7 @@ def start_daemon(directory: str, req: Frame) -> _socket.socket:
     if cwd:
         os.makedirs(cwd, exist_ok=True)
     sock_path = os.path.join(directory, "sock")
-    for name in ("sock", "pid"):
+    for name in ("sock", "pid", "busy"):
         try:
             os.unlink(os.path.join(directory, name))
         except FileNotFoundError:
@@ -365,6 +374,11 @@ LOST_REPLACED = (
     "A Python kernel of another lizard-core version was running in this sandbox and was replaced; "
     "its variables, imports and functions are lost. This call ran in a fresh kernel."
 )
+LOST_STUCK = (
+    "An earlier cell whose call was cancelled did not stop (it ignored the interrupt or was stuck "
+    "in native code), so the Python kernel was restarted; its variables, imports and functions "
+    "are lost. This call ran in a fresh kernel."
+)
 LOST_KILLED = (
     "The cell did not stop within %g s of its %g s timeout (it ignored the interrupt or was stuck "
     "in native code), so the Python kernel was restarted; its variables, imports and functions are "
@@ -391,8 +405,23 @@ def relay(
     started_at = None
     last_write = time.monotonic()
     seen_final = False
+    orphan_seen = None  # when the daemon was first found serving a client that is gone
+    next_check = last_write + QUEUE_POLL
     while True:
         now = time.monotonic()
+        if started_at is None and now >= next_check:
+            next_check = now + QUEUE_POLL
+            orphan_seen = (orphan_seen or now) if serves_orphan(directory) else None
+            if orphan_seen is not None and now >= orphan_seen + grace_of(body) + 1.0:
+                # Queued behind a cell whose client is gone and that ignores its interrupts.
+                sock.close()
+                try:
+                    fresh = restart_stuck(directory, req, pid)
+                except NeedSource:
+                    final(need_source=True)
+                    return
+                relay(directory, req, fresh, True, "stuck")
+                return
         if timeout and started_at is not None and now >= started_at + timeout + grace:
             sock.close()
             replace_daemon(directory, req, pid)
@@ -408,7 +437,7 @@ def relay(
                 spill=spill_of(body),
             )
             return
-        wait = heartbeat
+        wait = heartbeat if started_at is not None else QUEUE_POLL
         if timeout and started_at is not None:
             wait = min(wait, max(0.0, started_at + timeout + grace - now))
         sock.settimeout(max(wait, 0.001))
@@ -441,7 +470,9 @@ def relay(
             frame["client_ms"] = round((time.monotonic() - T0) * 1000, 3)
             if lost:
                 frame["state_lost"] = True
-                frame["notice"] = LOST_FOUND_DEAD if lost == "dead" else LOST_REPLACED
+                frame["notice"] = {"dead": LOST_FOUND_DEAD, "stuck": LOST_STUCK}.get(
+                    lost, LOST_REPLACED
+                )
             emit(frame)
         else:
             write_all(lines)
@@ -458,6 +489,36 @@ def relay(
         notice=LOST_DEAD,
         spill=spill_of(body),
     )
+
+
+def serves_orphan(directory: str) -> bool:
+    """True when the daemon is serving a client that is gone (see the daemon's ``busy``)."""
+    try:
+        with open(os.path.join(directory, "busy"), "rb") as f:
+            owner = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return False  # between requests, or just starting one
+    return owner != os.getpid() and not alive(owner)
+
+
+def grace_of(body: Frame) -> float:
+    """How long an orphaned cell gets to stop: this request's grace, or the default."""
+    try:
+        return max(0.0, float(body.get("grace") or 3.0))
+    except (TypeError, ValueError):
+        return 3.0
+
+
+def restart_stuck(directory: str, req: Frame, pid: int) -> _socket.socket:
+    """Kill the wedged daemon ``pid`` and return a connection to a fresh one.
+
+    Another queued client may have done it first: then connect to the daemon it started.
+    """
+    with Lock(directory):
+        if read_pid(directory) == pid:
+            kill_group(pid)
+            return start_daemon(directory, req)
+    return open_kernel(directory, req)[0]
 
 
 def replace_daemon(directory: str, req: Frame, pid: int) -> None:
@@ -484,6 +545,47 @@ def spill_of(body: Frame) -> Optional[str]:
     return path if os.path.exists(path) else None
 
 
+def staged_paths(paths: Any) -> List[str]:
+    """The files a large request body was uploaded to, in order (only job files are accepted)."""
+    if not paths:
+        return []
+    if not isinstance(paths, list) or not all(
+        isinstance(p, str) and os.path.dirname(os.path.dirname(os.path.normpath(p))) == JOBS_ROOT
+        for p in paths
+    ):
+        raise Refused("the request named staged files outside the job directories")
+    return paths
+
+
+def read_staged(paths: List[str]) -> Frame:
+    """The request body the host uploaded to ``paths`` (too large for argv), as JSON."""
+    chunks = []
+    try:
+        for path in paths:
+            with open(path, "rb") as f:
+                chunks.append(f.read())
+        body = json.loads(b"".join(chunks))
+    except (OSError, ValueError) as exc:
+        raise Refused("the staged request could not be read: %s" % exc) from None
+    if not isinstance(body, dict):
+        raise Refused("the staged request is not an object")
+    return body
+
+
+def remove_staged(paths: List[str]) -> None:
+    """Free the disk now; the host also has the job directory removed by its next request."""
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    if paths:
+        try:
+            os.rmdir(os.path.dirname(paths[0]))
+        except OSError:
+            pass
+
+
 def cleanup(paths: Optional[List[str]]) -> None:
     """Remove job directories the host has finished with (the guest protocol's ``rm``).
 
@@ -507,11 +609,15 @@ def main() -> None:
     try:
         directory = kernel_dir(str(req["key"]))
         if op in ("execute", "install", "ping"):
+            staged = staged_paths(req.get("staged"))
+            if staged:
+                req["body"] = read_staged(staged)
             try:
                 sock, spawned, lost = open_kernel(directory, req)
             except NeedSource:
-                final(need_source=True)
+                final(need_source=True)  # the staged body stays for the retry
                 return
+            remove_staged(staged)
             relay(directory, req, sock, spawned, lost)
         elif op == "interrupt":
             pid = read_pid(directory)

@@ -33,6 +33,17 @@ Contract with the client:
   streamed), then puts the user site on ``sys.path`` and invalidates import caches, so the new
   packages import without a restart.
 - ``{"op": "ping"}`` answers ``cell`` and ``end`` only (readiness and identity).
+- While a connection is served, ``DIR/busy`` holds the pid of the client on its other end, so
+  that a client queued behind an orphaned cell (its client killed) can tell and restart the
+  kernel (see ``kernel_client``).
+
+What the daemon bounds for a cell that behaves: output per request (``max_output``), each rich
+value (``max_result``), frame lines (under 64 KiB), the queue to a slow reader (``QUEUE_MAX``),
+the request it reads (``REQUEST_MAX``) and its own log (``LOG_MAX``). It cannot bound a cell that
+does not behave (cell code runs in this process and can reach everything here), so the host
+validates and bounds whatever arrives on its own (``lizard_core._kernel_frames``, ``_spill``).
+Descriptors 1 and 2 are pointed at their pipes again after every cell, so a cell that closes them
+does not silence later cells.
 
 Frames: ``cell`` (kernel id, pid, execution count ``n``), ``o`` (stream ``s`` 1 or 2, base64
 bytes ``d``), ``cut`` (stream, limit), ``res`` (result index ``i``, ``main`` flag, ``omit``: mime
@@ -436,16 +447,32 @@ class FdCapture:
         self.router = router
         self.lock = threading.Lock()
         self.fds = {}
+        # fd -> a private copy of its pipe's write end, so that a cell that closes (or replaces)
+        # descriptor 1 or 2 does not take the output of every later cell with it.
+        self.writers = {}
         for fd, stream in ((1, "stdout"), (2, "stderr")):
             r, w = os.pipe()
             os.dup2(w, fd)
-            os.close(w)
+            self.writers[fd] = w
             os.set_blocking(r, False)
             self.fds[r] = stream
         self.poller = select.poll()
         for fd in self.fds:
             self.poller.register(fd, select.POLLIN)
         threading.Thread(target=self._run, name="lizard-kernel-fds", daemon=True).start()
+
+    def restore(self) -> None:
+        """Point descriptors 1 and 2 at their pipes again, should a cell have changed them.
+
+        Called as each cell ends, while no descriptor of the daemon's own can sit at 1 or 2.
+        """
+        for fd, writer in self.writers.items():
+            try:
+                same = os.path.samestat(os.fstat(fd), os.fstat(writer))
+            except OSError:
+                same = False
+            if not same:
+                os.dup2(writer, fd)
 
     def _read_locked(self, fd: int) -> None:
         while True:
@@ -955,6 +982,9 @@ class Kernel:
                 os._exit(0)
             STATE.executing = False
             watchdog.disarm()
+            # Now, before the daemon opens anything (the next connection) that could take a
+            # descriptor the cell closed.
+            self.capture.restore()
         elapsed = time.monotonic() - started
         for stream in (sys.__stdout__, sys.__stderr__):
             try:
@@ -1138,7 +1168,25 @@ def read_request(conn: socket.socket) -> Optional[Frame]:
     return request
 
 
-def serve(kernel: Kernel, listener: socket.socket, log: Log) -> None:
+def mark_busy(path: str, conn: socket.socket) -> None:
+    """Name the client this connection serves (its pid) in the file ``path``, ``busy``.
+
+    A client queued behind this one reads it: when the named client is gone (cancelled, killed)
+    and its cell does not stop, the queued client restarts the kernel rather than wait forever.
+    """
+    try:
+        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"%d\n" % int.from_bytes(creds[:4], sys.byteorder, signed=True))
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def serve(kernel: Kernel, listener: socket.socket, log: Log, directory: str) -> None:
+    busy = os.path.join(directory, "busy")
     while True:
         try:
             conn, _ = listener.accept()
@@ -1148,12 +1196,17 @@ def serve(kernel: Kernel, listener: socket.socket, log: Log) -> None:
             log.write(("accept failed: %s\n" % exc).encode())
             return
         try:
+            mark_busy(busy, conn)
             handle(kernel, conn, log)
         except BaseException as exc:  # one bad request never takes the namespace down
             log.write(("request failed: %r\n" % (exc,)).encode())
         finally:
             try:
                 conn.close()
+            except OSError:
+                pass
+            try:
+                os.unlink(busy)
             except OSError:
                 pass
 
@@ -1260,7 +1313,7 @@ def main() -> None:
             % (KERNEL_ID, os.getpid(), sys.version.split()[0])
         ).encode()
     )
-    serve(kernel, listener, log)
+    serve(kernel, listener, log, directory)
 
 
 if __name__ == "__main__":
