@@ -450,6 +450,8 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "server. Both sides run the same benchmark code through the adapters' public APIs "
         "(`pydantic_ai_lizard.LizardSandboxBackend` for workspace operations, "
         "`smolagents_lizard.LizardExecutor` for executor operations, "
+        "`inspect_lizard.LizardSandboxEnvironment` from `sample_init` for Inspect operations, "
+        "the four tools of `lizard_adk.LizardPlugin` for ADK operations, "
         "`langchain_lizard.LizardSandbox` on a `lizard.Sandbox` for Deep Agents operations), "
         "over HTTPS because 0.1.0 "
         "requires it, trusting certifi's roots plus lizard-local's CA as a client of the cloud "
@@ -490,8 +492,8 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "nox -s bench -- --settings 20+40 --reps 9 --output perf.md",
         "```",
         "",
-        "The session installs smolagents-lizard 0.1.0, pydantic-ai-lizard 0.1.0 and "
-        "langchain-lizard 0.1.0 from PyPI "
+        "The session installs smolagents-lizard 0.1.0, pydantic-ai-lizard 0.1.0, "
+        "inspect-lizard 0.1.0, lizard-adk 0.1.1 and langchain-lizard 0.1.0 from PyPI "
         "(with the lizard-sdk 0.1.x they pin) in one environment and this repository's packages "
         "in another, starts lizard-local behind the emulated link, and drives each environment "
         "with `shared/bench/driver.py`; `shared/bench/memory_probe.py` measures host memory in a "
