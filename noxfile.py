@@ -111,7 +111,9 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON, tags=["offline"])
 @nox.parametrize("package", list(PACKAGES))
 def typecheck(session: nox.Session, package: str) -> None:
-    """Mypy --strict over one package's sources and tests."""
+    """Mypy --strict over one package's sources (`packages/<name>/src`); tests are not checked.
+
+    The test group is installed because the sources import pytest (lizard-local's plugin)."""
     _install_package(session, package)
     session.install(*_group("typecheck"), *_group("test"))
     session.run("mypy", "--strict", f"{_path(package)}/src")
