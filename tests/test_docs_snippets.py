@@ -4,7 +4,7 @@ Every ```` ```python ```` block in ``README.md``, ``packages/*/README.md`` and `
 marker: an HTML comment on the line just before its opening fence (GitHub and PyPI do not show it).
 
 - ``<!-- snippet: run -->``: the block runs as a script in a fresh interpreter, with the
-  ``LIZARD_*`` variables pointing at this session's lizard-local; it must exit 0 and leave no
+  ``LIZARD_*`` variables pointing at the test run's lizard-local; it must exit 0 and leave no
   sandbox alive.
 - ``<!-- snippet: pytest -->``: the block is a test module; pytest runs it in a fresh interpreter
   (lizard-local's plugin gives it its own server and fixtures) and every test in it must pass.
