@@ -111,7 +111,9 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=DEFAULT_PYTHON, tags=["offline"])
 @nox.parametrize("package", list(PACKAGES))
 def typecheck(session: nox.Session, package: str) -> None:
-    """Mypy --strict over one package's sources and tests."""
+    """Mypy --strict over one package's sources (`packages/<name>/src`); tests are not checked.
+
+    The test group is installed because the sources import pytest (lizard-local's plugin)."""
     _install_package(session, package)
     session.install(*_group("typecheck"), *_group("test"))
     session.run("mypy", "--strict", f"{_path(package)}/src")
@@ -150,7 +152,9 @@ def tests_sdk_0_1(session: nox.Session) -> None:
 
 @nox.session(python=DEFAULT_PYTHON, tags=["offline"])
 def workspace(session: nox.Session) -> None:
-    """Cross-package tests: lockstep versions, packaging, docs snippets, the adapter kit."""
+    """Cross-package tests: lockstep versions, packaging, the adapter kit, and the python blocks
+    of README.md, packages/*/README.md and docs/*.md (tests/test_docs_snippets.py says how they
+    are marked to run against lizard-local or be skipped)."""
     session.install(*_group("test"), "build", "hatchling>=1.27")
     # One install: a package that sorts before lizard-core needs it from this checkout.
     session.install(*[arg for package in PACKAGES for arg in ("-e", _path(package))])

@@ -8,22 +8,22 @@ emulator.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
 
 import pytest
 
 from langchain_lizard import LizardSandbox
+from lizard_local import LocalServer
 
 
 @pytest.fixture
-def backend(lizard_local: Any) -> Iterator[LizardSandbox]:
+def backend(lizard_local: LocalServer) -> Iterator[LizardSandbox]:
     """A backend on a new sandbox, destroyed afterwards."""
     with LizardSandbox(lifetime_ms=300_000) as made:
         yield made
 
 
 @pytest.fixture
-async def abackend(lizard_local: Any) -> AsyncIterator[LizardSandbox]:
+async def abackend(lizard_local: LocalServer) -> AsyncIterator[LizardSandbox]:
     """The same, made and closed with the async face."""
     async with LizardSandbox(lifetime_ms=300_000) as made:
         yield made

@@ -70,7 +70,7 @@ def test_invalid_utf8_is_replaced_not_dropped(backend: LizardSandbox) -> None:
     assert backend.execute(r"printf 'a\377b'").output == "a\ufffdb"
 
 
-def test_a_timeout_returns_the_partial_output_with_exit_code_124(lizard_local: Any) -> None:
+def test_a_timeout_returns_the_partial_output_with_exit_code_124(lizard_local: LocalServer) -> None:
     with LizardSandbox(timeout=30, lifetime_ms=300_000) as backend:
         result = backend.execute("printf partial; sleep 30", timeout=1)
         assert result.exit_code == 124
@@ -79,7 +79,7 @@ def test_a_timeout_returns_the_partial_output_with_exit_code_124(lizard_local: A
         assert backend.execute("echo still usable").output == "still usable\n"
 
 
-def test_output_past_the_limit_is_marked_truncated(lizard_local: Any) -> None:
+def test_output_past_the_limit_is_marked_truncated(lizard_local: LocalServer) -> None:
     with LizardSandbox(output_limit=1000, lifetime_ms=300_000) as backend:
         result = backend.execute("yes x | head -c 100000; echo done")
     assert result.truncated is True
@@ -108,7 +108,7 @@ async def test_aexecute_gives_the_same_result(abackend: LizardSandbox) -> None:
 
 
 def test_envs_reach_commands_and_the_host_environment_does_not(
-    lizard_local: Any, monkeypatch: pytest.MonkeyPatch
+    lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HOST_ONLY", "from the host")
     with LizardSandbox(envs={"GREETING": "hi"}, lifetime_ms=300_000) as backend:
@@ -182,7 +182,7 @@ def test_bad_transfer_arguments_are_type_errors(lizard_counters: LocalServer) ->
     assert lizard_counters.counters()["total"] == 0
 
 
-def test_rejected_credentials_are_raised_not_returned_per_file(lizard_local: Any) -> None:
+def test_rejected_credentials_are_raised_not_returned_per_file(lizard_local: LocalServer) -> None:
     backend = LizardSandbox(api_key="lzl_not-the-key", lifetime_ms=300_000)
     with pytest.raises(SandboxUnavailableError, match="credentials"):
         backend.upload_files([("/tmp/x", b"x")])

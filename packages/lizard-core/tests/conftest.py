@@ -17,16 +17,17 @@ from typing import Any
 import pytest
 
 from lizard_core.config import SandboxConfig
+from lizard_local import LocalServer
 
 
 @pytest.fixture
-def sandbox_config(lizard_local: Any) -> SandboxConfig:
+def sandbox_config(lizard_local: LocalServer) -> SandboxConfig:
     """A configuration for the running lizard-local, read from the environment it set."""
     return SandboxConfig.from_env(lifetime_ms=300_000, integration="lizard-core-tests")
 
 
 @pytest.fixture
-def no_new_sandboxes(lizard_local: Any) -> Iterator[None]:
+def no_new_sandboxes(lizard_local: LocalServer) -> Iterator[None]:
     """Fail the test if it leaves a sandbox behind (and kill the leftovers, so others pass)."""
     before = set(lizard_local.sandboxes())
     yield
@@ -42,7 +43,7 @@ def no_new_sandboxes(lizard_local: Any) -> Iterator[None]:
 
 
 @pytest.fixture
-def restore_latency(lizard_local: Any) -> Iterator[None]:
+def restore_latency(lizard_local: LocalServer) -> Iterator[None]:
     """Reset lizard-local's injected latency after a test that sets it."""
     yield
     lizard_local.set_latency(0)
@@ -59,7 +60,7 @@ PROFILES = {
 
 
 @pytest.fixture(scope="module", params=sorted(PROFILES))
-def profile(request: pytest.FixtureRequest, lizard_local: Any) -> Iterator[str]:
+def profile(request: pytest.FixtureRequest, lizard_local: LocalServer) -> Iterator[str]:
     """Run a module's tests under each lizard-local profile: capped, uncapped, 20 ms latency."""
     settings = dict(PROFILES[request.param])
     latency = settings.pop("latency_ms", 0)
@@ -75,7 +76,7 @@ def profile(request: pytest.FixtureRequest, lizard_local: Any) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def module_session(lizard_local: Any) -> Iterator[Any]:
+def module_session(lizard_local: LocalServer) -> Iterator[Any]:
     """One sandbox shared by a module's tests (each test works in its own scratch directory)."""
     from lizard_core.session import Session
 
@@ -120,7 +121,7 @@ class RequestCounter:
 
 
 @pytest.fixture
-def api_requests(lizard_local: Any) -> RequestCounter:
+def api_requests(lizard_local: LocalServer) -> RequestCounter:
     """Counts the API requests a test makes (reset at the start, and by ``reset()``)."""
     counter = RequestCounter(lizard_local)
     counter.reset()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
@@ -12,6 +11,7 @@ from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
 
@@ -31,7 +31,9 @@ def test_bad_arguments_are_refused(files: SandboxFiles) -> None:
         DirectoryWatch(files, b"/tmp")  # type: ignore[arg-type]
 
 
-def test_new_and_changed_files_are_reported_once(files: SandboxFiles, lizard_counters: Any) -> None:
+def test_new_and_changed_files_are_reported_once(
+    files: SandboxFiles, lizard_counters: LocalServer
+) -> None:
     watch = DirectoryWatch(files, "/tmp/watched")
     watch.mark()  # the directory does not exist yet: empty
     files.write_bytes("/tmp/watched/old.txt", b"old")

@@ -23,6 +23,7 @@ from lizard_core.config import SandboxConfig
 from lizard_core.errors import CommandTimeoutError, OutputLimitError
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 pytestmark = pytest.mark.usefixtures("profile")
 
@@ -66,7 +67,7 @@ MiB = 1024 * 1024
     ],
 )
 def test_bad_arguments_fail_before_any_request(
-    lizard_local: Any, api_requests: Any, command: Any, kwargs: dict[str, Any], error: type
+    lizard_local: LocalServer, api_requests: Any, command: Any, kwargs: dict[str, Any], error: type
 ) -> None:
     session = Session(SandboxConfig.from_env(integration="lizard-core-tests"))
     with pytest.raises(error):
@@ -81,7 +82,7 @@ def test_bad_arguments_fail_before_any_request(
 
 
 def test_first_command_on_a_new_sandbox_costs_create_plus_one(
-    lizard_local: Any, api_requests: Any
+    lizard_local: LocalServer, api_requests: Any
 ) -> None:
     config = SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests")
     with Session(config) as session:
@@ -93,7 +94,7 @@ def test_first_command_on_a_new_sandbox_costs_create_plus_one(
 
 
 def test_a_new_working_directory_costs_no_extra_request(
-    lizard_local: Any, api_requests: Any
+    lizard_local: LocalServer, api_requests: Any
 ) -> None:
     # What an adapter does first: create its working directory and learn where it really is,
     # in the same request as its first command.
@@ -512,7 +513,7 @@ async def test_async_callbacks_run_in_the_event_loop_thread(module_session: Any)
     ids=["one-huge-argument", "1.8-MB-in-all"],
 )
 def test_a_command_over_the_argv_limit_is_e2big_before_any_request(
-    lizard_local: Any, argv: list[str]
+    lizard_local: LocalServer, argv: list[str]
 ) -> None:
     import errno
 

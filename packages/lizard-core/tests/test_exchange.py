@@ -12,6 +12,7 @@ from lizard_core.config import SandboxConfig
 from lizard_core.exchange import FileExchange, TakenFile
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
 
@@ -37,7 +38,7 @@ def test_bad_limits_are_refused(files: SandboxFiles, value: Any, error: type[Exc
 
 @pytest.mark.parametrize("name", ["a/b", "..", ".", "", "nul\0"])
 def test_input_names_must_be_plain_and_nothing_is_sent(
-    files: SandboxFiles, lizard_counters: Any, name: str
+    files: SandboxFiles, lizard_counters: LocalServer, name: str
 ) -> None:
     with pytest.raises(ValueError, match="plain file names"):
         FileExchange(files, "/tmp/x", max_bytes=100).put({name: b"x"})
@@ -45,7 +46,7 @@ def test_input_names_must_be_plain_and_nothing_is_sent(
 
 
 def test_inputs_are_placed_once_and_are_no_output(
-    files: SandboxFiles, lizard_counters: Any
+    files: SandboxFiles, lizard_counters: LocalServer
 ) -> None:
     exchange = FileExchange(files, "/tmp/exchange", max_bytes=1000)
     _write(files, "/tmp/exchange/before.txt", "there before")

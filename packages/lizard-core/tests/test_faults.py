@@ -21,6 +21,7 @@ from lizard_core.config import SandboxConfig
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import fetch_file, run_guest
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 CREATE = "POST /api/sandboxes"
 SANDBOX = "/api/sandboxes/sbx_stub"
@@ -60,7 +61,7 @@ def test_a_404_without_a_code_naming_a_sandbox_file_is_a_missing_file(stub: Stub
 
 
 def test_a_404_on_create_is_not_sandbox_gone_and_the_next_use_creates(
-    lizard_local: Any, no_new_sandboxes: None
+    lizard_local: LocalServer, no_new_sandboxes: None
 ) -> None:
     session = Session(SandboxConfig.from_env(lifetime_ms=60_000))
     lizard_local.inject_fault(CREATE, status=404, count=1)
@@ -97,7 +98,7 @@ def test_a_malformed_2xx_answer_to_the_liveness_check_is_translated(stub: StubAp
 
 
 def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
-    lizard_local: Any, no_new_sandboxes: None, restore_latency: None
+    lizard_local: LocalServer, no_new_sandboxes: None, restore_latency: None
 ) -> None:
     assert threading.current_thread() is threading.main_thread()
     session = Session(SandboxConfig.from_env(lifetime_ms=60_000))
@@ -161,7 +162,7 @@ BOUND_S = 30.0
 
 
 @pytest.fixture
-def session(lizard_local: Any, no_new_sandboxes: None) -> Iterator[Session]:
+def session(lizard_local: LocalServer, no_new_sandboxes: None) -> Iterator[Session]:
     session = Session(SandboxConfig.from_env(lifetime_ms=120_000))
     try:
         yield session
@@ -181,7 +182,7 @@ def _works(session: Session) -> None:
     ("status", "kind"), [(503, "TransientError"), (429, "QuotaError")], ids=["503", "429"]
 )
 def test_a_failed_create_is_never_retried_and_the_next_use_creates(
-    lizard_local: Any, session: Session, status: int, kind: str, count: int
+    lizard_local: LocalServer, session: Session, status: int, kind: str, count: int
 ) -> None:
     lizard_local.reset_counters()
     lizard_local.inject_fault(CREATE, status=status, count=count, retry_after_s=1)
@@ -204,7 +205,7 @@ def test_a_failed_create_is_never_retried_and_the_next_use_creates(
     ("status", "kind"), [(503, "TransientError"), (429, "QuotaError")], ids=["503", "429"]
 )
 def test_a_refused_exec_is_its_error_and_the_next_command_runs(
-    lizard_local: Any, session: Session, status: int, kind: str, count: int
+    lizard_local: LocalServer, session: Session, status: int, kind: str, count: int
 ) -> None:
     from lizard_core.commands import run_command
 
@@ -225,7 +226,7 @@ def test_a_refused_exec_is_its_error_and_the_next_command_runs(
     ids=["get-503-once", "get-503-repeatedly", "get-429", "post-503-once"],
 )
 def test_files_requests_that_did_not_run_are_retried_to_success(
-    lizard_local: Any, session: Session, route: str, status: int, count: int
+    lizard_local: LocalServer, session: Session, route: str, status: int, count: int
 ) -> None:
     from lizard_core.files import WRITE_INLINE, SandboxFiles
 
@@ -244,7 +245,7 @@ def test_files_requests_that_did_not_run_are_retried_to_success(
 
 
 def test_a_stream_dropped_mid_output_is_a_protocol_error_and_the_next_command_runs(
-    lizard_local: Any, session: Session
+    lizard_local: LocalServer, session: Session
 ) -> None:
     from lizard_core.commands import run_command
 
@@ -259,7 +260,7 @@ def test_a_stream_dropped_mid_output_is_a_protocol_error_and_the_next_command_ru
 
 @pytest.mark.parametrize("how", ["expired", "killed"])
 def test_a_sandbox_gone_mid_command_is_sandbox_gone_within_the_bound(
-    lizard_local: Any, session: Session, how: str
+    lizard_local: LocalServer, session: Session, how: str
 ) -> None:
     import lizard
 
@@ -299,7 +300,7 @@ def test_a_killed_guest_is_a_protocol_error_and_the_next_command_runs(session: S
 
 
 def test_a_stalled_files_response_is_read_through_the_guest_within_the_guard(
-    lizard_local: Any, session: Session, restore_latency: None
+    lizard_local: LocalServer, session: Session, restore_latency: None
 ) -> None:
     from lizard_core.files import READ_GUARD_S, SandboxFiles
 

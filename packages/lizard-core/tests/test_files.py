@@ -25,6 +25,7 @@ from lizard_core.files import (
     SandboxFiles,
 )
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 pytestmark = pytest.mark.usefixtures("profile")
 
@@ -61,7 +62,7 @@ def sh(session: Any, script: str, *args: str) -> bytes:
     ],
 )
 def test_bad_arguments_fail_before_any_request(
-    lizard_local: Any, api_requests: Any, method: str, args: tuple[Any, ...], error: type
+    lizard_local: LocalServer, api_requests: Any, method: str, args: tuple[Any, ...], error: type
 ) -> None:
     session = Session(SandboxConfig.from_env(integration="lizard-core-tests"))
     files = SandboxFiles(session)
@@ -74,7 +75,7 @@ def test_bad_arguments_fail_before_any_request(
 
 
 def test_the_first_operation_on_a_new_sandbox_costs_create_plus_one(
-    lizard_local: Any, api_requests: Any
+    lizard_local: LocalServer, api_requests: Any
 ) -> None:
     config = SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests")
     with Session(config) as session:
@@ -152,7 +153,7 @@ def test_read_errors_cost_a_get_and_the_guests_check(
 
 
 def test_a_special_file_the_platform_blocks_on_fails_after_the_guard(
-    lizard_local: Any, files: SandboxFiles, scratch: str, api_requests: Any
+    lizard_local: LocalServer, files: SandboxFiles, scratch: str, api_requests: Any
 ) -> None:
     fifo, regular = f"{scratch}/fifo", f"{scratch}/regular"
     files.write_bytes(regular, b"still readable")
@@ -176,7 +177,7 @@ def test_a_special_file_the_platform_blocks_on_fails_after_the_guard(
 
 
 def test_a_device_the_platform_streams_without_end_is_not_read(
-    lizard_local: Any, files: SandboxFiles, api_requests: Any
+    lizard_local: LocalServer, files: SandboxFiles, api_requests: Any
 ) -> None:
     # A platform that copies /dev/zero into its answer sends no length: the read stops at the
     # headers and the guest names the device for what it is.
@@ -192,7 +193,7 @@ def test_a_device_the_platform_streams_without_end_is_not_read(
 
 
 def test_a_transient_get_failure_is_retried_then_left_to_the_guest(
-    lizard_local: Any, files: SandboxFiles, scratch: str, api_requests: Any
+    lizard_local: LocalServer, files: SandboxFiles, scratch: str, api_requests: Any
 ) -> None:
     data = os.urandom(1024)
     files.write_bytes(f"{scratch}/data", data)
@@ -207,7 +208,7 @@ def test_a_transient_get_failure_is_retried_then_left_to_the_guest(
 
 
 def test_a_read_in_a_destroyed_sandbox_is_sandbox_gone(
-    lizard_local: Any, api_requests: Any
+    lizard_local: LocalServer, api_requests: Any
 ) -> None:
     session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
     try:
@@ -251,7 +252,7 @@ def test_a_guest_read_up_to_the_inline_size_is_one_request(
 
 
 def test_a_write_too_large_for_the_exec_body_falls_back_to_chunks(
-    lizard_local: Any,
+    lizard_local: LocalServer,
     files: SandboxFiles,
     scratch: str,
     api_requests: Any,

@@ -30,6 +30,7 @@ from lizard_core.errors import (
 )
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
 CONNECT = "GET /api/sandboxes/{id}"
@@ -282,7 +283,7 @@ def test_a_guest_killed_with_sigkill_is_an_error_not_a_result(
 
 @pytest.mark.parametrize("after_events", [1, 4])
 def test_a_dropped_stream_is_an_error_not_a_result(
-    lizard_local: Any, module_session: Any, api_requests: Any, after_events: int
+    lizard_local: LocalServer, module_session: Any, api_requests: Any, after_events: int
 ) -> None:
     lizard_local.inject_stream_drop(count=1, after_events=after_events)
     with pytest.raises(GuestProtocolError, match="may have partly run"):
@@ -297,7 +298,7 @@ def test_a_dropped_stream_is_an_error_not_a_result(
 
 
 @pytest.fixture
-def own_session(lizard_local: Any) -> Iterator[Session]:
+def own_session(lizard_local: LocalServer) -> Iterator[Session]:
     """A session of the test's own, for tests that destroy its sandbox under a call."""
     session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
     try:
@@ -307,7 +308,7 @@ def own_session(lizard_local: Any) -> Iterator[Session]:
 
 
 def test_a_sandbox_destroyed_mid_command_is_sandbox_gone(
-    lizard_local: Any, own_session: Session, in_thread: Any
+    lizard_local: LocalServer, own_session: Session, in_thread: Any
 ) -> None:
     started = threading.Event()
     outcome = in_thread(
@@ -337,7 +338,7 @@ def test_a_sandbox_destroyed_mid_command_is_sandbox_gone(
 
 
 async def test_a_sandbox_destroyed_mid_command_is_sandbox_gone_async(
-    lizard_local: Any, own_session: Session
+    lizard_local: LocalServer, own_session: Session
 ) -> None:
     import anyio
 
@@ -363,7 +364,7 @@ async def test_a_sandbox_destroyed_mid_command_is_sandbox_gone_async(
 
 @pytest.mark.parametrize("with_session", [True, False], ids=["session", "bare-sandbox"])
 def test_a_transport_failure_on_a_gone_sandbox_is_sandbox_gone(
-    lizard_local: Any, own_session: Session, with_session: bool
+    lizard_local: LocalServer, own_session: Session, with_session: bool
 ) -> None:
     sandbox = own_session.sandbox()
     lizard_local.expire(sandbox.sandbox_id)
@@ -381,7 +382,7 @@ def test_a_transport_failure_on_a_gone_sandbox_is_sandbox_gone(
 
 
 def test_a_transport_failure_on_a_live_sandbox_keeps_its_error(
-    lizard_local: Any, module_session: Any, api_requests: Any
+    lizard_local: LocalServer, module_session: Any, api_requests: Any
 ) -> None:
     lizard_local.inject_fault(EXEC, status=503, count=1)
     with pytest.raises(TransientError):
@@ -391,7 +392,7 @@ def test_a_transport_failure_on_a_live_sandbox_keeps_its_error(
 
 
 def test_when_the_check_fails_too_the_original_error_stands(
-    lizard_local: Any, module_session: Any, api_requests: Any
+    lizard_local: LocalServer, module_session: Any, api_requests: Any
 ) -> None:
     lizard_local.inject_fault(EXEC, status=503, count=1)
     lizard_local.inject_fault(CONNECT, status=503, count=1)
@@ -495,7 +496,7 @@ def test_a_cancellation_stops_the_guest_and_raises(module_session: Any, scratch:
 
 @pytest.mark.usefixtures("profile")
 def test_frames_split_by_the_platform_are_joined_again(
-    lizard_local: Any, module_session: Any
+    lizard_local: LocalServer, module_session: Any
 ) -> None:
     lizard_local.configure(line_split_bytes=1000)
     try:
@@ -570,7 +571,7 @@ def test_errors_are_lizard_integration_errors(module_session: Any) -> None:
     assert issubclass(GuestProtocolError, LizardIntegrationError)
 
 
-def test_a_gone_sandbox_is_sandbox_gone_not_a_missing_file(lizard_local: Any) -> None:
+def test_a_gone_sandbox_is_sandbox_gone_not_a_missing_file(lizard_local: LocalServer) -> None:
     session = Session(SandboxConfig.from_env(lifetime_ms=120_000, integration="lizard-core-tests"))
     sandbox = session.sandbox()
     try:

@@ -13,7 +13,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
 
 import pytest
 
@@ -22,6 +21,7 @@ from lizard_core.config import SandboxConfig
 from lizard_core.errors import GuestProtocolError
 from lizard_core.kernel import Kernel
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 MiB = 1024 * 1024
 
@@ -48,7 +48,7 @@ client_stdout = open("/proc/%d/fd/1" % _pid, "wb", buffering=0)
 
 
 @pytest.fixture(scope="module")
-def session(lizard_local: Any) -> Iterator[Session]:
+def session(lizard_local: LocalServer) -> Iterator[Session]:
     config = SandboxConfig.from_env(lifetime_ms=600_000, integration="lizard-core-tests")
     session = Session(config)
     try:
@@ -204,7 +204,7 @@ def test_a_printed_line_of_100_mb_is_cut_at_the_output_limit(kernel: Kernel) -> 
 
 
 def test_a_line_of_100_mb_on_the_exec_stream_is_refused_bounded(
-    kernel: Kernel, lizard_local: Any
+    kernel: Kernel, lizard_local: LocalServer
 ) -> None:
     """Written straight to the exec stream, on a platform that neither splits nor caps it."""
     saved = lizard_local.info()["settings"]
@@ -273,7 +273,7 @@ def test_a_forged_command_end_naming_a_sparse_spill_is_refused_unread(session: S
 
 
 def test_forged_command_output_past_the_limit_is_refused_bounded(
-    session: Session, lizard_local: Any
+    session: Session, lizard_local: LocalServer
 ) -> None:
     """30 MB of well-formed output frames written straight to the exec stream, uncapped."""
     saved = lizard_local.info()["settings"]

@@ -16,6 +16,7 @@ from lizard_core.inventory import (
     find_sandboxes,
 )
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 LIST = "GET /api/sandboxes"
 
@@ -24,7 +25,9 @@ def _config(**kwargs: Any) -> SandboxConfig:
     return SandboxConfig.from_env(lifetime_ms=120_000, **kwargs)
 
 
-def test_find_keeps_only_sandboxes_with_every_tag(lizard_local: Any, api_requests: Any) -> None:
+def test_find_keeps_only_sandboxes_with_every_tag(
+    lizard_local: LocalServer, api_requests: Any
+) -> None:
     tagged = Session(_config(integration="inventory-a", metadata={"run": "r1"}))
     other_run = Session(_config(integration="inventory-a", metadata={"run": "r2"}))
     other_integration = Session(_config(integration="inventory-b", metadata={"run": "r1"}))
@@ -46,7 +49,7 @@ def test_find_keeps_only_sandboxes_with_every_tag(lizard_local: Any, api_request
 
 
 def test_destroy_kills_each_and_counts_a_gone_one_as_destroyed(
-    lizard_local: Any, api_requests: Any
+    lizard_local: LocalServer, api_requests: Any
 ) -> None:
     first, second = Session(_config()), Session(_config())
     run_command(first, ["true"])
@@ -60,7 +63,7 @@ def test_destroy_kills_each_and_counts_a_gone_one_as_destroyed(
     first.close()
 
 
-async def test_async_faces_find_and_destroy(lizard_local: Any) -> None:
+async def test_async_faces_find_and_destroy(lizard_local: LocalServer) -> None:
     session = Session(_config(integration="inventory-async"))
     await session.asandbox()
     found = await afind_sandboxes(_config(), {"integration": "inventory-async"})
@@ -72,7 +75,9 @@ async def test_async_faces_find_and_destroy(lizard_local: Any) -> None:
     session.close()
 
 
-def test_bad_arguments_fail_before_any_request(lizard_local: Any, api_requests: Any) -> None:
+def test_bad_arguments_fail_before_any_request(
+    lizard_local: LocalServer, api_requests: Any
+) -> None:
     with pytest.raises(TypeError):
         find_sandboxes(_config(), {"integration": 1})  # type: ignore[dict-item]
     with pytest.raises(ValueError, match="not a sandbox id"):
@@ -80,6 +85,6 @@ def test_bad_arguments_fail_before_any_request(lizard_local: Any, api_requests: 
     assert api_requests.counts() == {}
 
 
-def test_a_rejected_key_is_a_credentials_error(lizard_local: Any) -> None:
+def test_a_rejected_key_is_a_credentials_error(lizard_local: LocalServer) -> None:
     with pytest.raises(CredentialsError):
         find_sandboxes(_config(api_key="lzl_wrong_key_for_inventory"), {})

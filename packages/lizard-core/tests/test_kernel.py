@@ -22,6 +22,7 @@ from lizard_core.config import SandboxConfig
 from lizard_core.errors import SandboxGoneError
 from lizard_core.kernel import OUTPUT_CUT_MARKER, ExecutionResult, Kernel
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
 CREATE = "POST /api/sandboxes"
@@ -35,7 +36,9 @@ def _session(template: str, lifetime_ms: int = 600_000) -> Session:
 
 
 @pytest.fixture(scope="module", params=["base", "interpreter"])
-def template_session(request: pytest.FixtureRequest, lizard_local: Any) -> Iterator[Session]:
+def template_session(
+    request: pytest.FixtureRequest, lizard_local: LocalServer
+) -> Iterator[Session]:
     """One sandbox per template for the module; each test gets its own kernel in it."""
     session = _session(request.param)
     try:
@@ -45,7 +48,7 @@ def template_session(request: pytest.FixtureRequest, lizard_local: Any) -> Itera
 
 
 @pytest.fixture(scope="module")
-def interpreter_session(lizard_local: Any) -> Iterator[Session]:
+def interpreter_session(lizard_local: LocalServer) -> Iterator[Session]:
     session = _session("interpreter")
     try:
         yield session
@@ -104,7 +107,9 @@ def test_state_persists_between_cells(kernel: Kernel) -> None:
     assert _run(kernel, "x").execution_count == 5
 
 
-def test_first_execute_costs_create_plus_one_and_later_ones_one(lizard_counters: Any) -> None:
+def test_first_execute_costs_create_plus_one_and_later_ones_one(
+    lizard_counters: LocalServer,
+) -> None:
     session = _session("base")
     try:
         kernel = Kernel(session)
@@ -124,7 +129,7 @@ def test_first_execute_costs_create_plus_one_and_later_ones_one(lizard_counters:
         session.destroy()
 
 
-def test_cells_share_the_sessions_one_connection(lizard_counters: Any) -> None:
+def test_cells_share_the_sessions_one_connection(lizard_counters: LocalServer) -> None:
     session = _session("base")
     try:
         kernel = Kernel(session)
@@ -140,7 +145,7 @@ def test_cells_share_the_sessions_one_connection(lizard_counters: Any) -> None:
         session.destroy()
 
 
-def test_nothing_is_requested_for_bad_arguments(lizard_counters: Any) -> None:
+def test_nothing_is_requested_for_bad_arguments(lizard_counters: LocalServer) -> None:
     session = _session("base")
     kernel = Kernel(session)
     lizard_counters.reset_counters()
@@ -295,7 +300,7 @@ def test_a_large_png_arrives_whole(rich_kernel: Kernel) -> None:
 
 
 def test_an_answer_past_the_stream_cap_costs_one_file_read(
-    timed_kernel: Kernel, lizard_counters: Any
+    timed_kernel: Kernel, lizard_counters: LocalServer
 ) -> None:
     # lizard-local caps an exec's stdout at 512 KiB, as the platform does: 1.5 MB of frames
     # can only arrive through the spill file.
@@ -501,7 +506,7 @@ def test_a_cancelled_cell_that_will_not_stop_is_replaced_by_the_next_call(
 
 
 def test_a_cell_larger_than_the_argv_limit_runs_staged_through_files(
-    kernel: Kernel, lizard_counters: Any
+    kernel: Kernel, lizard_counters: LocalServer
 ) -> None:
     """Issue 15, item 6: a cell of more than about 1.5 MB once failed before it started."""
     _run(kernel, "import os")
@@ -550,7 +555,7 @@ def test_context_managers_close_the_kernel(template_session: Session) -> None:
         assert check.stdout.strip() == b"1"
 
 
-def test_close_after_the_sandbox_is_gone_is_quiet(lizard_local: Any) -> None:
+def test_close_after_the_sandbox_is_gone_is_quiet(lizard_local: LocalServer) -> None:
     session = _session("base")
     kernel = Kernel(session)
     _run(kernel, "1")

@@ -11,10 +11,11 @@ import pytest
 from lizard_core.commands import run_command
 from lizard_core.errors import SandboxGoneError
 from lizard_core.sdk_sandbox import session_for_sdk_sandbox
+from lizard_local import LocalServer
 
 
 @pytest.fixture
-def sdk_sandbox(lizard_local: Any) -> Iterator[Any]:
+def sdk_sandbox(lizard_local: LocalServer) -> Iterator[Any]:
     sandbox = lizard.Sandbox.create(
         "base",
         project_id=lizard_local.project_id,
@@ -26,7 +27,7 @@ def sdk_sandbox(lizard_local: Any) -> Iterator[Any]:
 
 
 def test_building_the_session_makes_no_request_and_hides_the_key(
-    sdk_sandbox: Any, lizard_counters: Any
+    sdk_sandbox: Any, lizard_counters: LocalServer
 ) -> None:
     session = session_for_sdk_sandbox(sdk_sandbox, integration="lizard-core-tests")
     assert session.sandbox_id == sdk_sandbox.sandbox_id
@@ -35,7 +36,7 @@ def test_building_the_session_makes_no_request_and_hides_the_key(
 
 
 def test_the_session_attaches_and_leaves_the_sandbox_running(
-    sdk_sandbox: Any, lizard_counters: Any
+    sdk_sandbox: Any, lizard_counters: LocalServer
 ) -> None:
     with session_for_sdk_sandbox(sdk_sandbox) as session:
         result = run_command(session, ["echo", "hi"])
@@ -48,7 +49,7 @@ def test_the_session_attaches_and_leaves_the_sandbox_running(
 
 
 def test_destroy_kills_it_and_a_gone_sandbox_is_never_replaced(
-    sdk_sandbox: Any, lizard_local: Any
+    sdk_sandbox: Any, lizard_local: LocalServer
 ) -> None:
     session_for_sdk_sandbox(sdk_sandbox).destroy()
     assert sdk_sandbox.sandbox_id not in lizard_local.sandboxes()
@@ -63,7 +64,7 @@ def test_anything_but_an_sdk_sandbox_is_a_type_error(not_a_sandbox: object) -> N
         session_for_sdk_sandbox(not_a_sandbox)
 
 
-def test_an_insecure_url_is_refused(lizard_local: Any) -> None:
+def test_an_insecure_url_is_refused(lizard_local: LocalServer) -> None:
     remote = lizard.Sandbox("sbx_1", api_key="k" * 20, api_url="http://lizard.invalid")
     with pytest.raises(ValueError, match="https"):
         session_for_sdk_sandbox(remote)

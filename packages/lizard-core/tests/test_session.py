@@ -21,6 +21,7 @@ from lizard_core import (
     Session,
     TransientError,
 )
+from lizard_local import LocalServer
 
 CREATE = "POST /api/sandboxes"
 CONNECT = "GET /api/sandboxes/{id}"
@@ -94,7 +95,7 @@ def test_repr_shows_state_not_the_key(offline_config: SandboxConfig) -> None:
 
 
 def test_a_session_that_would_create_needs_a_project_before_any_request(
-    lizard_counters: Any,
+    lizard_counters: LocalServer,
 ) -> None:
     no_project = SandboxConfig.from_env(
         environ={"LIZARD_API_KEY": lizard_counters.api_key, "LIZARD_API_URL": lizard_counters.url}
@@ -108,7 +109,7 @@ def test_a_session_that_would_create_needs_a_project_before_any_request(
 
 
 def test_attach_and_destroy_work_without_a_project(
-    lizard_local: Any, monkeypatch: pytest.MonkeyPatch
+    lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     existing = sdk_sandbox(lizard_local)
     monkeypatch.delenv("LIZARD_PROJECT_ID")
@@ -124,7 +125,7 @@ def test_attach_and_destroy_work_without_a_project(
 
 
 async def test_no_request_before_first_use(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
     attached = Session(sandbox_config, sandbox_id="sbx_never_used", keep_alive=True)
@@ -165,7 +166,7 @@ async def test_no_request_before_first_use(
     sandbox_id=st.one_of(st.none(), st.text(max_size=12), st.integers()),
 )
 def test_configuration_never_reaches_the_api(
-    lizard_counters: Any, kwargs: dict[str, Any], sandbox_id: Any
+    lizard_counters: LocalServer, kwargs: dict[str, Any], sandbox_id: Any
 ) -> None:
     before = lizard_counters.counters()["total"]
     try:
@@ -183,7 +184,7 @@ def test_configuration_never_reaches_the_api(
 
 
 def test_first_use_is_one_create_and_no_read_back(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     with Session(sandbox_config) as session:
         sandbox = session.sandbox()
@@ -203,7 +204,7 @@ def test_first_use_is_one_create_and_no_read_back(
 
 @pytest.mark.usefixtures("restore_latency")
 def test_twenty_threads_create_exactly_one_sandbox(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(300)  # keep the create in flight while the others arrive
     session = Session(sandbox_config)
@@ -224,7 +225,7 @@ def test_twenty_threads_create_exactly_one_sandbox(
 
 @pytest.mark.usefixtures("restore_latency")
 async def test_twenty_tasks_create_exactly_one_sandbox(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(300)
     session = Session(sandbox_config)
@@ -239,7 +240,7 @@ async def test_twenty_tasks_create_exactly_one_sandbox(
 
 @pytest.mark.usefixtures("restore_latency")
 async def test_threads_and_tasks_together_create_exactly_one_sandbox(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(300)
     session = Session(sandbox_config)
@@ -254,7 +255,7 @@ async def test_threads_and_tasks_together_create_exactly_one_sandbox(
 
 
 def test_one_session_serves_trio_asyncio_and_threads(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
 
@@ -275,7 +276,7 @@ def test_one_session_serves_trio_asyncio_and_threads(
 
 @pytest.mark.usefixtures("restore_latency")
 async def test_cancelled_create_is_recorded_and_destroy_removes_it(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(800)
     session = Session(sandbox_config)
@@ -296,7 +297,7 @@ async def test_cancelled_create_is_recorded_and_destroy_removes_it(
 
 @pytest.mark.usefixtures("restore_latency")
 async def test_waiters_get_the_sandbox_when_the_creating_task_is_cancelled(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(500)
     session = Session(sandbox_config)
@@ -316,7 +317,7 @@ async def test_waiters_get_the_sandbox_when_the_creating_task_is_cancelled(
 
 
 def test_trio_cancellation_before_the_thread_starts_strands_nobody(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
 
@@ -337,7 +338,7 @@ def test_trio_cancellation_before_the_thread_starts_strands_nobody(
 
 @pytest.mark.usefixtures("restore_latency")
 def test_destroy_during_create_waits_and_removes_the_new_sandbox(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(500)
     session = Session(sandbox_config)
@@ -358,7 +359,7 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
 
 @pytest.mark.parametrize("how", ["killed", "expired"])
 def test_attaching_to_a_gone_sandbox_raises_and_creates_nothing(
-    lizard_local: Any, sandbox_config: SandboxConfig, how: str
+    lizard_local: LocalServer, sandbox_config: SandboxConfig, how: str
 ) -> None:
     gone = sdk_sandbox(lizard_local)
     if how == "killed":
@@ -379,7 +380,7 @@ def test_attaching_to_a_gone_sandbox_raises_and_creates_nothing(
 
 
 async def test_attaching_asynchronously_to_a_gone_sandbox_raises(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     gone = sdk_sandbox(lizard_local)
     gone.kill()
@@ -392,7 +393,7 @@ async def test_attaching_asynchronously_to_a_gone_sandbox_raises(
 
 
 def test_attached_sandbox_survives_the_with_block(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     existing = sdk_sandbox(lizard_counters)
     lizard_counters.reset_counters()
@@ -411,7 +412,7 @@ def test_attached_sandbox_survives_the_with_block(
 
 
 def test_destroy_on_exit_true_destroys_an_attached_sandbox(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     existing = sdk_sandbox(lizard_local)
     with Session(sandbox_config, sandbox_id=existing.sandbox_id, destroy_on_exit=True) as s:
@@ -420,7 +421,7 @@ def test_destroy_on_exit_true_destroys_an_attached_sandbox(
 
 
 def test_destroy_on_exit_false_keeps_a_created_sandbox(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     with Session(sandbox_config, destroy_on_exit=False) as session:
         session.sandbox()
@@ -432,7 +433,7 @@ def test_destroy_on_exit_false_keeps_a_created_sandbox(
 
 
 def test_transient_failure_of_attach_is_retried(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     existing = sdk_sandbox(lizard_counters)
     lizard_counters.reset_counters()
@@ -449,7 +450,7 @@ def test_transient_failure_of_attach_is_retried(
 
 
 def test_check_alive_is_one_unretried_get_and_remembers_a_gone_sandbox(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
     sandbox = session.sandbox()
@@ -476,7 +477,7 @@ def test_check_alive_is_one_unretried_get_and_remembers_a_gone_sandbox(
 
 
 async def test_acheck_alive_and_an_unused_session(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     unused = Session(sandbox_config)
     await unused.acheck_alive()  # no sandbox yet: nothing to ask
@@ -496,7 +497,7 @@ async def test_acheck_alive_and_an_unused_session(
 
 
 def test_a_terminal_status_is_gone_and_destroy_still_deletes_it(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     # A platform may keep the record of a sandbox that is over, with a terminal status.
     class Over:
@@ -516,7 +517,7 @@ def test_a_terminal_status_is_gone_and_destroy_still_deletes_it(
 
 
 def test_check_alive_after_destroy_or_close_raises_without_a_request(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
     session.sandbox()
@@ -531,7 +532,7 @@ def test_check_alive_after_destroy_or_close_raises_without_a_request(
 
 
 def test_destroy_twice_is_fine_and_the_second_sends_nothing(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
     session.sandbox()
@@ -542,7 +543,7 @@ def test_destroy_twice_is_fine_and_the_second_sends_nothing(
 
 
 def test_destroy_without_use_sends_nothing(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config)
     session.destroy()
@@ -554,7 +555,7 @@ def test_destroy_without_use_sends_nothing(
 
 @pytest.mark.parametrize("how", ["killed", "expired"])
 def test_a_sandbox_already_gone_counts_as_destroyed(
-    lizard_local: Any, sandbox_config: SandboxConfig, how: str
+    lizard_local: LocalServer, sandbox_config: SandboxConfig, how: str
 ) -> None:
     session = Session(sandbox_config)
     sandbox = session.sandbox()
@@ -567,7 +568,7 @@ def test_a_sandbox_already_gone_counts_as_destroyed(
 
 
 def test_destroy_after_a_5xx_can_be_retried(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config, retry=RetryPolicy(attempts=1))
     session.sandbox()
@@ -585,7 +586,7 @@ def test_destroy_after_a_5xx_can_be_retried(
 
 
 async def test_adestroy_after_a_5xx_can_be_retried(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config, retry=RetryPolicy(attempts=1))
     await session.asandbox()
@@ -598,7 +599,7 @@ async def test_adestroy_after_a_5xx_can_be_retried(
 
 
 def test_destroy_retries_a_transient_failure_by_itself(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config, retry=RetryPolicy(attempts=3, base_delay=0.01))
     session.sandbox()
@@ -609,7 +610,7 @@ def test_destroy_retries_a_transient_failure_by_itself(
 
 
 def test_a_failed_destroy_on_exit_is_noted_on_the_blocks_exception(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config, retry=RetryPolicy(attempts=1))
 
@@ -627,7 +628,7 @@ def test_a_failed_destroy_on_exit_is_noted_on_the_blocks_exception(
 
 
 def test_a_failed_destroy_on_a_clean_exit_is_raised(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     session = Session(sandbox_config, retry=RetryPolicy(attempts=1))
 
@@ -644,7 +645,7 @@ def test_a_failed_destroy_on_a_clean_exit_is_raised(
 
 
 async def test_async_with_destroys_what_it_created(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     async with Session(sandbox_config) as session:
         await session.asandbox()
@@ -657,7 +658,7 @@ async def test_async_with_destroys_what_it_created(
 
 
 def test_429_on_create_surfaces_retry_after(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.inject_fault(CREATE, status=429, count=1, retry_after_s=7)
     session = Session(sandbox_config)
@@ -677,7 +678,7 @@ def test_429_on_create_surfaces_retry_after(
 
 @pytest.mark.usefixtures("restore_latency")
 def test_a_failed_create_is_shared_by_concurrent_callers_not_repeated(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     lizard_counters.set_latency(300)
     lizard_counters.inject_fault(CREATE, status=429, count=1, retry_after_s=3)
@@ -701,7 +702,7 @@ def test_a_failed_create_is_shared_by_concurrent_callers_not_repeated(
 
 @pytest.mark.parametrize("status", [500, 503])
 def test_5xx_on_create_is_not_retried(
-    lizard_counters: Any, sandbox_config: SandboxConfig, status: int
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, status: int
 ) -> None:
     lizard_counters.inject_fault(CREATE, status=status, count=1)
     session = Session(sandbox_config)
@@ -713,7 +714,7 @@ def test_5xx_on_create_is_not_retried(
 
 
 def test_rejected_credentials_carry_no_provider_text(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     wrong = "liz_wrong_key_for_this_test_0001"
     session = Session(sandbox_config.replace(api_key=wrong))
@@ -730,7 +731,7 @@ def test_rejected_credentials_carry_no_provider_text(
 
 
 def test_call_translates_and_passes_through(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     with Session(sandbox_config) as session:
         sandbox = session.sandbox()
@@ -743,7 +744,7 @@ def test_call_translates_and_passes_through(
 
 
 def test_only_idempotent_calls_are_retried(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     with Session(sandbox_config, retry=RetryPolicy(base_delay=0.01)) as session:
         sandbox = session.sandbox()
@@ -759,7 +760,7 @@ def test_only_idempotent_calls_are_retried(
 
 
 async def test_acall_retries_idempotent_calls(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     async with Session(sandbox_config, retry=RetryPolicy(base_delay=0.01)) as session:
         sandbox = await session.asandbox()
@@ -772,7 +773,7 @@ async def test_acall_retries_idempotent_calls(
 
 
 def test_keep_alive_extends_a_sandbox_in_use_without_a_request_per_operation(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     config = sandbox_config.replace(lifetime_ms=2_000)
     with Session(config, keep_alive=True) as kept, Session(config) as idle:
@@ -792,7 +793,7 @@ def test_keep_alive_extends_a_sandbox_in_use_without_a_request_per_operation(
 
 
 def test_sessions_created_at_once_look_the_project_up_once(
-    lizard_counters: Any, sandbox_config: SandboxConfig, no_new_sandboxes: None
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, no_new_sandboxes: None
 ) -> None:
     import lizard.project
 
@@ -810,7 +811,7 @@ def test_sessions_created_at_once_look_the_project_up_once(
 
 
 def test_keep_alive_covers_one_operation_longer_than_the_lifetime(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     from lizard_core.commands import run_command
 
@@ -824,7 +825,9 @@ def test_keep_alive_covers_one_operation_longer_than_the_lifetime(
         assert count(lizard_counters, EXTEND) == extensions  # idle: no more extensions
 
 
-def test_keep_alive_is_off_by_default(lizard_counters: Any, sandbox_config: SandboxConfig) -> None:
+def test_keep_alive_is_off_by_default(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
+) -> None:
     with Session(sandbox_config.replace(lifetime_ms=2_000)) as session:
         sandbox = session.sandbox()
         assert not session.keep_alive
@@ -834,7 +837,7 @@ def test_keep_alive_is_off_by_default(lizard_counters: Any, sandbox_config: Sand
 
 
 def test_keep_alive_extends_an_attached_sandbox_once_at_first_use(
-    lizard_counters: Any, sandbox_config: SandboxConfig
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     existing = sdk_sandbox(lizard_counters)
     lizard_counters.reset_counters()
@@ -852,7 +855,7 @@ def test_keep_alive_extends_an_attached_sandbox_once_at_first_use(
 
 
 def test_the_api_key_never_reaches_the_sandbox(
-    lizard_local: Any, sandbox_config: SandboxConfig
+    lizard_local: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
     config = sandbox_config.replace(envs={"VISIBLE": "yes"}, metadata={"suite": "core"})
     with Session(config) as session:

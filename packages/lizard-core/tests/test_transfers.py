@@ -13,6 +13,7 @@ from lizard_core.errors import CredentialsError, SandboxGoneError
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
 from lizard_core.transfers import Transfer, aread_each, awrite_each, read_each, write_each
+from lizard_local import LocalServer
 
 
 @pytest.fixture
@@ -53,7 +54,7 @@ async def test_the_async_forms_give_the_same_outcomes(afiles: SandboxFiles) -> N
 
 
 def test_bad_paths_fail_alone_without_a_request(
-    sandbox_config: SandboxConfig, lizard_counters: Any
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer
 ) -> None:
     files = SandboxFiles(Session(sandbox_config))
     assert _errnos(read_each(files, ["relative", "/x\0y"])) == [errno.EINVAL, errno.EINVAL]
@@ -64,7 +65,7 @@ def test_bad_paths_fail_alone_without_a_request(
     "batch", ["/tmp/x", [("/tmp/x", "text")], [("/tmp/x",)], [(1, b"")], b"/tmp/x"]
 )
 def test_shapes_are_checked_before_any_request(
-    sandbox_config: SandboxConfig, lizard_counters: Any, batch: Any
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer, batch: Any
 ) -> None:
     files = SandboxFiles(Session(sandbox_config))
     with pytest.raises(TypeError):
@@ -75,7 +76,7 @@ def test_shapes_are_checked_before_any_request(
 
 
 def test_sandbox_failures_are_raised_not_per_file(
-    sandbox_config: SandboxConfig, lizard_local: Any
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
 ) -> None:
     rejected = SandboxFiles(Session(sandbox_config.replace(api_key="lzl_not-the-key")))
     with pytest.raises(CredentialsError):

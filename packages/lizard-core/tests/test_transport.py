@@ -20,10 +20,14 @@ from lizard_core.config import SandboxConfig
 from lizard_core.errors import SandboxGoneError, TransientError, translate
 from lizard_core.files import WRITE_INLINE, SandboxFiles
 from lizard_core.session import Session
+from lizard_local import LocalServer
 
 
 def test_a_sessions_commands_and_file_operations_share_one_connection(
-    sandbox_config: SandboxConfig, lizard_local: Any, api_requests: Any, no_new_sandboxes: None
+    sandbox_config: SandboxConfig,
+    lizard_local: LocalServer,
+    api_requests: Any,
+    no_new_sandboxes: None,
 ) -> None:
     big = os.urandom(WRITE_INLINE + 1)  # past the inline budget: POST files and an exec
     with Session(sandbox_config) as session:
@@ -48,7 +52,9 @@ def test_a_sessions_commands_and_file_operations_share_one_connection(
     assert counters["connections"] == 1, counters
 
 
-def test_the_wire_contract_matches_the_sdk(lizard_counters: Any, module_session: Any) -> None:
+def test_the_wire_contract_matches_the_sdk(
+    lizard_counters: LocalServer, module_session: Any
+) -> None:
     """The same exec through the SDK and through the pool gives the same result and counts."""
     sandbox = module_session.sandbox()
     argv = ["sh", "-c", "echo out; echo err >&2; exit 3"]
@@ -68,7 +74,7 @@ def test_the_wire_contract_matches_the_sdk(lizard_counters: Any, module_session:
     assert lizard_counters.counters()["routes"]["POST /api/sandboxes/{id}/exec"] == 2
 
 
-def test_api_errors_are_the_sdks_own(module_session: Any, lizard_local: Any) -> None:
+def test_api_errors_are_the_sdks_own(module_session: Any, lizard_local: LocalServer) -> None:
     transport = module_session.transport()
     sandbox_id = module_session.sandbox_id
     with pytest.raises(lizard.NotFoundError):
@@ -95,7 +101,7 @@ def test_the_key_is_only_in_the_header(sandbox_config: SandboxConfig) -> None:
 
 
 def test_destroy_closes_the_pool_and_later_use_is_refused(
-    sandbox_config: SandboxConfig, lizard_counters: Any, no_new_sandboxes: None
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer, no_new_sandboxes: None
 ) -> None:
     session = Session(sandbox_config)
     try:

@@ -16,7 +16,7 @@ import pytest
 from lizard import Sandbox
 from lizard.errors import LizardError
 
-from lizard_local import LocalServer, agent
+from lizard_local import LocalServer, sandbox_agent
 from lizard_local.elf_runpath import relocate_runpath, runpath
 from lizard_local.isolation import PRIVATE_DIRS, Isolation
 from lizard_local.sandbox_root import (
@@ -266,7 +266,7 @@ def test_the_agent_copies_etc_itself_where_overlayfs_is_missing(tmp_path: Path):
     os.chmod(src / "sub" / "key", 0o600)
     os.chmod(src / "sub", 0o750)
     (src / "localtime").symlink_to("/usr/share/zoneinfo/UTC")
-    agent.copy_tree(str(src), str(tmp_path / "etc"))
+    sandbox_agent.copy_tree(str(src), str(tmp_path / "etc"))
     etc = tmp_path / "etc"
     assert (etc / "passwd").read_text() == "root:x:0:0::/root:/bin/sh\n"
     assert (etc / "sub" / "key").stat().st_mode & 0o777 == 0o600

@@ -6,6 +6,7 @@ from typing import Any
 import anyio
 import pytest
 
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandboxBackend
 
 
@@ -21,7 +22,7 @@ def destroy_now(backend: LizardSandboxBackend) -> None:
 
 
 @pytest.fixture
-def make_backend(lizard_local: Any) -> Iterator[Callable[..., LizardSandboxBackend]]:
+def make_backend(lizard_local: LocalServer) -> Iterator[Callable[..., LizardSandboxBackend]]:
     """Build backends against lizard-local; every sandbox they create is destroyed afterwards."""
     created: list[LizardSandboxBackend] = []
 

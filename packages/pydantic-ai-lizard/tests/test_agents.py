@@ -13,7 +13,6 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 from packaging.requirements import Requirement
@@ -30,6 +29,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, DeltaToolCalls, FunctionModel
 from pydantic_ai.workspaces import Workspace
 
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandbox, LizardSandboxBackend
 
 
@@ -113,7 +113,7 @@ def _tool_results(messages: Sequence[ModelMessage]) -> dict[str, str]:
     }
 
 
-async def test_shell_and_filesystem_work_in_the_sandbox(lizard_counters: Any) -> None:
+async def test_shell_and_filesystem_work_in_the_sandbox(lizard_counters: LocalServer) -> None:
     sandbox = LizardSandbox()
     model = script(
         ToolCallPart(
@@ -143,7 +143,7 @@ async def test_shell_and_filesystem_work_in_the_sandbox(lizard_counters: Any) ->
     assert ref.id not in lizard_counters.sandboxes()
 
 
-async def test_coder_edits_and_tests_code(lizard_local: Any) -> None:
+async def test_coder_edits_and_tests_code(lizard_local: LocalServer) -> None:
     backend = LizardSandboxBackend(working_dir="/workspace/repo")
     buggy = "def add(a, b):\n    return a - b\n\n"
     buggy += "assert add(2, 3) == 5, 'add is broken'\nprint('tests pass')\n"
@@ -169,7 +169,9 @@ async def test_coder_edits_and_tests_code(lizard_local: Any) -> None:
         await backend.destroy()
 
 
-async def test_a_second_run_reattaches_through_message_history(lizard_counters: Any) -> None:
+async def test_a_second_run_reattaches_through_message_history(
+    lizard_counters: LocalServer,
+) -> None:
     sandbox = LizardSandbox()
     agent = Agent(
         script(

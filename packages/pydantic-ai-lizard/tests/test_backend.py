@@ -26,6 +26,7 @@ from pydantic_ai.workspaces import (
 )
 
 from lizard_core.errors import TransientError
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandboxBackend
 from pydantic_ai_lizard._backend import OUTPUT_LIMIT
 
@@ -46,7 +47,9 @@ def _routes(server: Any) -> dict[str, int]:
 # ── construction: validation, no I/O ─────────────────────────────────────────
 
 
-def test_construction_makes_no_request(lizard_counters: Any, make_backend: BackendFactory) -> None:
+def test_construction_makes_no_request(
+    lizard_counters: LocalServer, make_backend: BackendFactory
+) -> None:
     fresh = make_backend()
     attached = make_backend(ref=WorkspaceRef(provider="lizard", id="sbx-unknown"))
     assert fresh.ref is None
@@ -55,7 +58,7 @@ def test_construction_makes_no_request(lizard_counters: Any, make_backend: Backe
     assert _total(lizard_counters) == 0
 
 
-def test_the_0_1_0_constructor_arguments_still_work(lizard_local: Any) -> None:
+def test_the_0_1_0_constructor_arguments_still_work(lizard_local: LocalServer) -> None:
     backend = LizardSandboxBackend(
         ref=None,
         project_id=lizard_local.project_id,
@@ -69,7 +72,7 @@ def test_the_0_1_0_constructor_arguments_still_work(lizard_local: Any) -> None:
 
 
 def test_only_a_backend_that_would_create_needs_a_project(
-    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+    lizard_counters: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("LIZARD_PROJECT_ID")
     with pytest.raises(ValueError, match="LIZARD_PROJECT_ID"):
@@ -80,7 +83,7 @@ def test_only_a_backend_that_would_create_needs_a_project(
 
 
 async def test_an_attached_backend_works_without_a_project(
-    lizard_counters: Any, make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
+    lizard_counters: LocalServer, make_backend: BackendFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = make_backend()
     await owner.working_dir()
@@ -119,7 +122,7 @@ def test_new_options_are_keyword_only() -> None:
     ],
 )
 def test_invalid_configuration_fails_before_any_request(
-    lizard_counters: Any, kwargs: dict[str, Any], error: type[Exception]
+    lizard_counters: LocalServer, kwargs: dict[str, Any], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         LizardSandboxBackend(**kwargs)
@@ -144,7 +147,7 @@ def test_invalid_configuration_fails_before_any_request(
     ],
 )
 async def test_invalid_commands_fail_before_any_request(
-    lizard_counters: Any,
+    lizard_counters: LocalServer,
     make_backend: BackendFactory,
     command: Any,
     options: dict[str, Any],
@@ -158,7 +161,7 @@ async def test_invalid_commands_fail_before_any_request(
 
 
 async def test_relative_paths_are_refused_before_any_request(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     with pytest.raises(ValueError, match="absolute"):
@@ -172,7 +175,7 @@ async def test_relative_paths_are_refused_before_any_request(
 
 
 async def test_concurrent_first_use_creates_one_sandbox(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     results: list[str] = []
@@ -190,7 +193,7 @@ async def test_concurrent_first_use_creates_one_sandbox(
 
 
 async def test_ref_is_kept_when_first_use_is_cancelled(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     lizard_counters.set_latency(400)
@@ -209,7 +212,7 @@ async def test_ref_is_kept_when_first_use_is_cancelled(
 
 
 async def test_attaching_to_an_unknown_sandbox_never_creates_one(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     ref = WorkspaceRef(provider="lizard", id="sbx-does-not-exist")
     backend = make_backend(ref=ref)
@@ -222,7 +225,7 @@ async def test_attaching_to_an_unknown_sandbox_never_creates_one(
 
 
 async def test_an_expired_sandbox_is_unavailable(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     await backend.write_bytes("/workspace/kept.txt", b"data")
@@ -235,7 +238,7 @@ async def test_an_expired_sandbox_is_unavailable(
 
 
 async def test_destroy_is_idempotent_and_final(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     never_used = make_backend()
     await never_used.destroy()  # nothing was created: nothing to do
@@ -252,7 +255,7 @@ async def test_destroy_is_idempotent_and_final(
 
 
 async def test_a_transient_api_failure_propagates_for_retry(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     await backend.working_dir()
@@ -263,7 +266,7 @@ async def test_a_transient_api_failure_propagates_for_retry(
 
 
 async def test_a_failed_create_leaves_no_ref_and_the_next_use_creates(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     lizard_counters.inject_fault(CREATE, status=503, count=1)
@@ -292,7 +295,7 @@ async def test_a_failed_working_dir_setup_keeps_the_ref_and_can_be_retried(
 
 
 async def test_rejected_credentials_are_unavailable_without_the_key(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend(api_key="liz_wrong_key_0123456789")
     with pytest.raises(WorkspaceUnavailableError) as raised:
@@ -302,7 +305,7 @@ async def test_rejected_credentials_are_unavailable_without_the_key(
 
 
 async def test_a_policy_refusal_says_what_the_platform_said_not_bad_credentials(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend(size="big")
     lizard_local.inject_fault(CREATE, status=403, count=1)  # carries code INJECTED_FAULT
@@ -317,7 +320,7 @@ async def test_a_policy_refusal_says_what_the_platform_said_not_bad_credentials(
 
 @pytest.mark.parametrize("first", [True, False], ids=["first-run", "later-run"])
 async def test_a_command_over_the_argv_limit_is_e2big(
-    lizard_counters: Any, make_backend: BackendFactory, first: bool
+    lizard_counters: LocalServer, make_backend: BackendFactory, first: bool
 ) -> None:
     import errno
 
@@ -334,7 +337,7 @@ async def test_a_command_over_the_argv_limit_is_e2big(
 
 
 async def test_one_request_per_operation(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     root = await backend.working_dir()
@@ -361,7 +364,7 @@ async def test_one_request_per_operation(
 
 
 async def test_a_mebibyte_text_file_moves_in_one_request_each_way(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     # A 1 MiB write fits the exec's argv; a read is one GET files of any size.
     backend = make_backend()
@@ -377,7 +380,7 @@ async def test_a_mebibyte_text_file_moves_in_one_request_each_way(
 
 
 async def test_first_use_costs_create_then_one_request_per_step(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     # GET /api/projects is the SDK resolving the project, once per process: not counted here.
     backend = make_backend()
@@ -405,7 +408,7 @@ async def test_first_use_costs_create_then_one_request_per_step(
 
 
 async def test_the_first_run_creates_and_resolves_the_working_dir(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     owner = make_backend(working_dir="/workspace/real")
     assert (await owner.run(["ln", "-s", "/workspace/real", "/workspace/alias"])).exit_code == 0
@@ -434,7 +437,7 @@ async def test_a_first_run_that_cannot_create_the_working_dir_is_a_workspace_err
 
 
 async def test_keep_alive_extends_the_lifetime_while_in_use(
-    lizard_counters: Any, make_backend: BackendFactory
+    lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend(keep_alive=True, lifetime_ms=2_000)
     await backend.working_dir()
@@ -446,7 +449,7 @@ async def test_keep_alive_extends_the_lifetime_while_in_use(
 
 
 async def test_without_internet_access_the_sandbox_has_no_network(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend(internet_access=False)
     probe = (
@@ -499,7 +502,7 @@ async def test_a_dead_guest_cannot_hang_run(make_backend: BackendFactory) -> Non
 
 
 async def test_a_sandbox_destroyed_mid_command_is_unavailable(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     await backend.working_dir()

@@ -11,6 +11,7 @@ from pydantic_ai.exceptions import UserError
 from pydantic_ai.workspaces import WorkspaceRef, WorkspaceUnavailableError
 
 import pydantic_ai_lizard
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandbox, LizardSandboxBackend
 
 
@@ -19,13 +20,13 @@ def _ctx() -> Any:
     return None
 
 
-def test_get_workspace_leaves_other_providers_refs_alone(lizard_counters: Any) -> None:
+def test_get_workspace_leaves_other_providers_refs_alone(lizard_counters: LocalServer) -> None:
     capability = LizardSandbox()
     assert capability.get_workspace(_ctx(), ref=WorkspaceRef(provider="e2b", id="x")) is None
     assert lizard_counters.counters()["total"] == 0
 
 
-def test_get_workspace_builds_a_lazy_backend(lizard_counters: Any) -> None:
+def test_get_workspace_builds_a_lazy_backend(lizard_counters: LocalServer) -> None:
     capability = LizardSandbox(size="medium", working_dir="/workspace/project", env={"A": "1"})
     fresh = capability.get_workspace(_ctx(), ref=None)
     assert isinstance(fresh, LizardSandboxBackend)
@@ -64,7 +65,7 @@ def test_defer_loading_is_refused() -> None:
     ],
 )
 def test_invalid_fields_fail_at_construction(
-    lizard_counters: Any, fields: dict[str, Any], error: type[Exception]
+    lizard_counters: LocalServer, fields: dict[str, Any], error: type[Exception]
 ) -> None:
     with pytest.raises(error):
         LizardSandbox(**fields)
@@ -72,7 +73,7 @@ def test_invalid_fields_fail_at_construction(
 
 
 def test_the_key_is_needed_by_a_run_not_by_the_capability(
-    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+    lizard_counters: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("LIZARD_API_KEY")
     capability = LizardSandbox(size="mini")  # e.g. an agent defined at import time
@@ -89,7 +90,7 @@ def test_repr_hides_the_key_and_environment() -> None:
     assert "hidden-value" not in repr(capability)
 
 
-async def test_destroy_kills_the_sandbox_without_attaching(lizard_counters: Any) -> None:
+async def test_destroy_kills_the_sandbox_without_attaching(lizard_counters: LocalServer) -> None:
     capability = LizardSandbox()
     backend = capability.get_workspace(_ctx(), ref=None)
     assert backend is not None
@@ -111,7 +112,7 @@ async def test_destroy_kills_the_sandbox_without_attaching(lizard_counters: Any)
 
 
 async def test_reattaching_and_destroying_need_no_project(
-    lizard_counters: Any, monkeypatch: pytest.MonkeyPatch
+    lizard_counters: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = LizardSandboxBackend()
     try:

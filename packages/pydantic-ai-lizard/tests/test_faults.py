@@ -12,13 +12,13 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import anyio
 import pytest
 from pydantic_ai.workspaces import WorkspaceError, WorkspaceUnavailableError
 
 from lizard_core.errors import QuotaError, TransientError
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandboxBackend
 
 BackendFactory = Callable[..., LizardSandboxBackend]
@@ -46,7 +46,7 @@ async def _works(backend: LizardSandboxBackend) -> None:
     ids=["create-503", "create-429", "exec-503", "exec-429"],
 )
 async def test_refused_requests_propagate_for_the_caller_to_retry(
-    lizard_local: Any,
+    lizard_local: LocalServer,
     make_backend: BackendFactory,
     route: str,
     status: int,
@@ -73,7 +73,7 @@ async def test_refused_requests_propagate_for_the_caller_to_retry(
     ids=["get-503-once", "get-503-repeatedly", "get-429", "post-503-once"],
 )
 async def test_file_requests_are_retried_to_success(
-    lizard_local: Any, make_backend: BackendFactory, route: str, status: int, count: int
+    lizard_local: LocalServer, make_backend: BackendFactory, route: str, status: int, count: int
 ) -> None:
     backend = make_backend()
     data = os.urandom(1024 * 1024 + 10)  # past the inline write: staged with POST files
@@ -89,7 +89,7 @@ async def test_file_requests_are_retried_to_success(
 
 
 async def test_a_stream_dropped_mid_output_is_a_workspace_error(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     await backend.working_dir()
@@ -101,7 +101,7 @@ async def test_a_stream_dropped_mid_output_is_a_workspace_error(
 
 @pytest.mark.parametrize("how", ["expired", "killed"])
 async def test_a_sandbox_gone_mid_command_is_unavailable(
-    lizard_local: Any, make_backend: BackendFactory, how: str
+    lizard_local: LocalServer, make_backend: BackendFactory, how: str
 ) -> None:
     import lizard
 
@@ -133,7 +133,7 @@ async def test_a_sandbox_gone_mid_command_is_unavailable(
 
 
 async def test_a_stalled_files_response_is_read_within_the_guard(
-    lizard_local: Any, make_backend: BackendFactory
+    lizard_local: LocalServer, make_backend: BackendFactory
 ) -> None:
     backend = make_backend()
     await backend.write_bytes("/tmp/stalled", b"data")

@@ -8,11 +8,11 @@ and host memory stays bounded.
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 import anyio
 import pytest
 
+from lizard_local import LocalServer
 from pydantic_ai_lizard import LizardSandboxBackend
 
 SANDBOXES = 8
@@ -30,7 +30,9 @@ def _rss() -> int:
 
 
 @pytest.mark.slow
-async def test_eight_sandboxes_run_fifty_concurrent_commands_each(lizard_counters: Any) -> None:
+async def test_eight_sandboxes_run_fifty_concurrent_commands_each(
+    lizard_counters: LocalServer,
+) -> None:
     baseline = _rss()
     peak = [baseline]
     sampling = threading.Event()

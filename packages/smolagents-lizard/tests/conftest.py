@@ -19,6 +19,7 @@ from smolagents import CodeAgent
 from smolagents.monitoring import AgentLogger, LogLevel
 from smolagents_support import ScriptedModel
 
+from lizard_local import LocalServer
 from lizard_local.pytest_plugin import LIVE
 from smolagents_lizard import LizardExecutor
 
@@ -28,7 +29,7 @@ class Backend:
     """Where sandboxes come from: lizard-local (with its control API) or the cloud."""
 
     name: str
-    server: Any | None  # lizard_local.LocalServer on lizard-local
+    server: LocalServer | None  # None on the cloud
     connection: dict[str, Any]
     api_key: str
 
@@ -44,7 +45,7 @@ def backend(request: pytest.FixtureRequest) -> Backend:
 
 
 @pytest.fixture
-def local_server(backend: Backend) -> Any:
+def local_server(backend: Backend) -> LocalServer:
     """lizard-local with fresh counters; the test is skipped on the cloud."""
     if backend.server is None:
         pytest.skip("needs lizard-local's control API")

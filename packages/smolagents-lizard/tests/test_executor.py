@@ -23,6 +23,7 @@ from smolagents_support import ScriptedModel, code, recording_logger
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.session import Session
+from lizard_local import LocalServer
 from lizard_local.pytest_plugin import LIVE
 from smolagents_lizard import LizardExecutor, PackageInstallError, SandboxUnavailableError
 
@@ -362,7 +363,7 @@ def test_a_final_answer_nested_100_000_deep_is_a_step_error_the_model_sees(
 
 
 def test_a_gone_sandbox_ends_the_run_at_once(
-    make_executor: MakeExecutor, local_server: Any
+    make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     executor = make_executor()
 
@@ -461,7 +462,7 @@ def test_a_kernel_lost_between_runs_is_told_on_the_next_runs_first_step(
 
 
 def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(
-    run_agent: RunAgent, make_executor: MakeExecutor, local_server: Any
+    run_agent: RunAgent, make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     def drop_then_reply() -> str:
         local_server.inject_stream_drop(count=1, after_events=2)
@@ -478,7 +479,7 @@ def test_a_dropped_stream_is_a_step_error_and_the_run_goes_on(
 
 
 def test_a_rate_limited_step_is_a_step_error_saying_when_to_retry(
-    run_agent: RunAgent, make_executor: MakeExecutor, local_server: Any
+    run_agent: RunAgent, make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     def limit_then_reply() -> str:
         local_server.inject_fault(
@@ -501,7 +502,7 @@ def test_a_rate_limited_step_is_a_step_error_saying_when_to_retry(
 # ── requests ─────────────────────────────────────────────────────────────
 
 
-def test_one_request_per_step(make_executor: MakeExecutor, local_server: Any) -> None:
+def test_one_request_per_step(make_executor: MakeExecutor, local_server: LocalServer) -> None:
     executor = make_executor()
     agent = CodeAgent(
         tools=[],
@@ -518,7 +519,7 @@ def test_one_request_per_step(make_executor: MakeExecutor, local_server: Any) ->
     assert routes == {"POST /api/sandboxes": 1}
 
 
-def test_the_constructor_makes_no_request(local_server: Any) -> None:
+def test_the_constructor_makes_no_request(local_server: LocalServer) -> None:
     executor = LizardExecutor(["numpy"], None, command_timeout_ms=5000, template="base")
     assert executor.sandbox_id is None
     executor.cleanup()
@@ -529,7 +530,7 @@ def test_the_constructor_makes_no_request(local_server: Any) -> None:
 
 
 def test_present_packages_are_not_installed(
-    make_executor: MakeExecutor, third_party: str, local_server: Any
+    make_executor: MakeExecutor, third_party: str, local_server: LocalServer
 ) -> None:
     executor = make_executor()
     executor(third_party)
@@ -580,7 +581,7 @@ def test_cleanup_is_idempotent_and_the_executor_closed(
 
 
 def test_delete_is_cleanup_as_in_the_built_in_executors(
-    make_executor: MakeExecutor, local_server: Any
+    make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     executor = make_executor()
     executor("x = 1")
@@ -592,7 +593,7 @@ def test_delete_is_cleanup_as_in_the_built_in_executors(
 
 
 def test_a_failed_deletion_keeps_the_handle_for_a_retry(
-    make_executor: MakeExecutor, local_server: Any
+    make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     executor = make_executor()
     executor("x = 1")
@@ -606,7 +607,7 @@ def test_a_failed_deletion_keeps_the_handle_for_a_retry(
 
 
 def test_cleanup_never_hides_the_exception_that_ended_the_run(
-    make_executor: MakeExecutor, local_server: Any
+    make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     executor = make_executor()
 
@@ -623,7 +624,7 @@ def test_cleanup_never_hides_the_exception_that_ended_the_run(
     assert executor.sandbox_id not in local_server.sandboxes()
 
 
-def test_an_executor_dropped_without_cleanup_deletes_its_sandbox(local_server: Any) -> None:
+def test_an_executor_dropped_without_cleanup_deletes_its_sandbox(local_server: LocalServer) -> None:
     executor = LizardExecutor(logger=recording_logger()[0], template="base")
     executor("x = 1")
     sandbox_id = executor.sandbox_id
@@ -684,7 +685,7 @@ def test_keep_alive_covers_one_step_longer_than_the_lifetime(
     ],
 )
 def test_a_timeout_the_lifetime_cannot_cover_is_refused(
-    kwargs: dict[str, Any], local_server: Any
+    kwargs: dict[str, Any], local_server: LocalServer
 ) -> None:
     with pytest.raises(ValueError, match="longer than lifetime_ms"):
         LizardExecutor(**kwargs)
@@ -723,14 +724,14 @@ def test_install_packages_makes_a_new_package_importable(make_executor: MakeExec
     ],
 )
 def test_bad_options_are_refused_before_any_request(
-    kwargs: dict[str, Any], error: type[Exception], local_server: Any
+    kwargs: dict[str, Any], error: type[Exception], local_server: LocalServer
 ) -> None:
     with pytest.raises(error):
         LizardExecutor(**kwargs)
     assert local_server.counters()["total"] == 0
 
 
-def test_smolagents_wildcard_imports_are_accepted(local_server: Any) -> None:
+def test_smolagents_wildcard_imports_are_accepted(local_server: LocalServer) -> None:
     executor = LizardExecutor(additional_imports=["numpy.*", "PIL.*", "json.*"])
     assert executor._pending_imports == ["numpy", "pillow"]
     executor.cleanup()
@@ -742,7 +743,7 @@ def test_the_executor_registry_entry_point_loads_the_executor() -> None:
     assert entry.load() is LizardExecutor
 
 
-def test_the_0_1_0_sandbox_attribute_warns_and_still_answers(lizard_local: object) -> None:
+def test_the_0_1_0_sandbox_attribute_warns_and_still_answers(lizard_local: LocalServer) -> None:
     executor = LizardExecutor(template="base")
     try:
         with pytest.warns(DeprecationWarning, match="sandbox_id"):

@@ -12,11 +12,11 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import lizard
 import pytest
 
+from lizard_local import LocalServer
 from smolagents_lizard import LizardExecutor, SandboxUnavailableError
 from smolagents_lizard._errors import StepError
 
@@ -45,7 +45,7 @@ def template() -> str:
 )
 def test_refused_requests_are_step_errors_and_the_next_step_works(
     make_executor: MakeExecutor,
-    local_server: Any,
+    local_server: LocalServer,
     route: str,
     status: int,
     says: str,
@@ -69,7 +69,7 @@ def test_refused_requests_are_step_errors_and_the_next_step_works(
 
 
 def test_a_sandbox_killed_mid_step_ends_the_run_within_the_bound(
-    make_executor: MakeExecutor, local_server: Any
+    make_executor: MakeExecutor, local_server: LocalServer
 ) -> None:
     executor = make_executor()
     executor("import time")

@@ -12,6 +12,7 @@ from typing import Any
 
 from smolagents.monitoring import AgentLogger, LogLevel
 
+from lizard_local import LocalServer
 from smolagents_lizard import LizardExecutor
 
 EXECUTORS = 4
@@ -27,7 +28,7 @@ def _rss() -> int:
     raise AssertionError("no VmRSS in /proc/self/status")
 
 
-def test_four_executors_run_ten_dependent_steps_on_four_threads(lizard_local: Any) -> None:
+def test_four_executors_run_ten_dependent_steps_on_four_threads(lizard_local: LocalServer) -> None:
     lizard_local.reset_counters()
     baseline, peak = _rss(), [0]
     sampling = threading.Event()

@@ -5,6 +5,6 @@ the ``lizard-local serve`` command, :class:`LocalServer` from Python, or the pyt
 ``lizard_local`` fixture.
 """
 
-from lizard_local.local_server import LocalServer, LocalServerError
+from lizard_local.server_process import LocalServer, LocalServerError
 
 __all__ = ["LocalServer", "LocalServerError"]

@@ -1,4 +1,4 @@
-"""The server's end of the per-sandbox agent protocol (see :mod:`lizard_local.agent`).
+"""The server's end of the per-sandbox agent protocol (see :mod:`lizard_local.sandbox_agent`).
 
 One :class:`AgentLink` per sandbox: it starts the agent process (inside ``unshare`` in namespace
 mode), sends JSON requests over a ``SOCK_SEQPACKET`` socket without ever blocking the event loop,
@@ -30,10 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from lizard_local import procscan
+from lizard_local.sandbox_agent import passed_fds, send_datagram
 
 __all__ = ["AgentError", "AgentLink", "ExecStarted"]
 
-AGENT_SCRIPT = str(Path(__file__).with_name("agent.py"))
+AGENT_SCRIPT = str(Path(__file__).with_name("sandbox_agent.py"))
 _MAX_INLINE = 60_000  # bigger requests travel in a memfd (a datagram must fit the socket buffer)
 _RECV_FDS_SPACE = socket.CMSG_SPACE(8 * array.array("i").itemsize)
 
@@ -304,12 +305,7 @@ class AgentLink:
         while self._outbox:
             data, fds = self._outbox[0]
             try:
-                if fds:
-                    self._sock.sendmsg(
-                        [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-                    )
-                else:
-                    self._sock.send(data)
+                send_datagram(self._sock, data, fds)
             except BlockingIOError:
                 if not self._writing:
                     self._loop.add_writer(self._sock.fileno(), self._flush)
@@ -338,13 +334,7 @@ class AgentLink:
                 self._loop.remove_reader(self._sock.fileno())
                 self._fail_all(ConnectionError("sandbox agent is gone"))
                 return
-            fds: list[int] = []
-            for level, kind, payload in ancdata:
-                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                    arr = array.array("i")
-                    arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
-                    fds.extend(arr)
-            self._dispatch(json.loads(data), fds)
+            self._dispatch(json.loads(data), passed_fds(ancdata))
 
     def _dispatch(self, msg: dict[str, Any], fds: list[int]) -> None:
         event = msg.get("event")

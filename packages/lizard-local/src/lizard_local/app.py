@@ -36,6 +36,7 @@ from lizard_local.http import (
     Send,
     StreamResponse,
     json_response,
+    string_map,
 )
 from lizard_local.instrumentation import Fault, Instrumentation, StreamDrop
 from lizard_local.isolation import Isolation
@@ -103,16 +104,6 @@ def _int_field(body: dict[str, Any], name: str, *, required: bool = True) -> int
     if isinstance(value, bool) or not isinstance(value, int):
         raise ApiError(400, f"{name} must be an integer", "INVALID_BODY")
     return value
-
-
-def _str_map(value: Any, name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ApiError(400, f"{name} must be an object of strings", "INVALID_BODY")
-    return dict(value)
 
 
 class LizardApp:
@@ -335,7 +326,7 @@ class LizardApp:
     # --- projects and sandboxes ---------------------------------------------------------------
 
     async def list_projects(self, req: Request) -> Response:
-        """E1."""
+        """``GET /api/projects``: the one project this server has."""
         project = {
             "id": self.project_id,
             "slug": "local",
@@ -345,11 +336,11 @@ class LizardApp:
         return json_response([project])
 
     async def whoami(self, req: Request) -> Response:
-        """E28."""
+        """``GET /api/auth/me``."""
         return json_response({"id": "user_local", "email": "local@localhost", "name": "local"})
 
     async def create_sandbox(self, req: Request) -> Response:
-        """E2: validate everything before starting anything."""
+        """``POST /api/sandboxes``: validate everything before starting anything."""
         body = req.json(required=False)
         name = body.get("template") or "base"
         if not isinstance(name, str) or name not in self.isolation.templates:
@@ -369,8 +360,8 @@ class LizardApp:
         size = body.get("size") or "medium"
         if size not in SIZES:
             raise ApiError(400, f"size must be one of {', '.join(SIZES)}", "INVALID_SIZE")
-        metadata = _str_map(body.get("metadata"), "metadata")
-        envs = _str_map(body.get("envs"), "envs")
+        metadata = string_map(body.get("metadata"), "metadata")
+        envs = string_map(body.get("envs"), "envs")
         internet = body.get("internetAccess", True)
         if not isinstance(internet, bool):
             raise ApiError(400, "internetAccess must be a boolean", "INVALID_BODY")
@@ -400,39 +391,39 @@ class LizardApp:
         return json_response(sb.record(), 201)
 
     async def list_sandboxes(self, req: Request) -> Response:
-        """E4."""
+        """``GET /api/sandboxes``."""
         return json_response([sb.record() for sb in self.registry.all()])
 
     async def list_project_sandboxes(self, req: Request) -> Response:
-        """E5."""
+        """``GET /api/projects/{pid}/sandboxes``."""
         pid = req.params["pid"]
         return json_response([sb.record() for sb in self.registry.all() if sb.project_id == pid])
 
     async def get_sandbox(self, req: Request) -> Response:
-        """E3."""
+        """``GET /api/sandboxes/{id}``."""
         return json_response(self.registry.get(req.params["id"]).record())
 
     async def kill_sandbox(self, req: Request) -> Response:
-        """E6: 404 when already gone (the SDK then returns False)."""
+        """``DELETE /api/sandboxes/{id}``: 404 when already gone (the SDK then returns False)."""
         if not await self.registry.kill(req.params["id"]):
             raise ApiError(404, "Sandbox not found", "SANDBOX_NOT_FOUND")
         return json_response({"ok": True})
 
     async def pause_sandbox(self, req: Request) -> Response:
-        """E7 (accepts 0.1.82's ``{"memory": false}``)."""
+        """``POST /api/sandboxes/{id}/pause`` (accepts 0.1.82's ``{"memory": false}``)."""
         sb = self.registry.get(req.params["id"])
         req.json(required=False)
         await self.registry.pause(sb)
         return json_response(sb.record())
 
     async def resume_sandbox(self, req: Request) -> Response:
-        """E8."""
+        """``POST /api/sandboxes/{id}/resume``."""
         sb = self.registry.get(req.params["id"])
         await self.registry.resume(sb)
         return json_response(sb.record())
 
     async def set_timeout(self, req: Request) -> Response:
-        """E9: ``timeoutMs`` from now, 1000..2147483647."""
+        """``POST /api/sandboxes/{id}/timeout``: ``timeoutMs`` from now, 1000..2147483647."""
         sb = self.registry.get(req.params["id"])
         value = _int_field(req.json(), "timeoutMs")
         assert value is not None
@@ -448,7 +439,10 @@ class LizardApp:
         return int(raw)
 
     async def expose(self, req: Request) -> Response:
-        """E10: a loopback URL (the sandbox shares the host's network unless it has none)."""
+        """``POST /api/sandboxes/{id}/expose/{port}``: a loopback URL.
+
+        The sandbox shares the host's network unless it has none.
+        """
         sb = self.registry.get(req.params["id"])
         port = self._port(req)
         if not sb.internet_access:
@@ -465,17 +459,20 @@ class LizardApp:
         )
 
     async def unexpose(self, req: Request) -> Response:
-        """E11."""
+        """``DELETE /api/sandboxes/{id}/expose/{port}``."""
         sb = self.registry.get(req.params["id"])
         sb.exposed.pop(self._port(req), None)
         return json_response({"ok": True})
 
     async def not_implemented(self, req: Request) -> Response:
-        """E22–E27: 501 like the platform for what the emulator does not do."""
+        """A 501, like the platform's, for what the emulator does not do.
+
+        File watches, logs, fork, snapshots, schedules and volumes.
+        """
         raise ApiError(501, "Not supported by the local emulator", "NOT_IMPLEMENTED")
 
     async def desktop(self, req: Request) -> Response:
-        """E26."""
+        """``GET|POST|DELETE /api/sandboxes/{id}/desktop``: a 400, lizard-local has no desktop."""
         raise ApiError(400, "Desktop is not supported by lizard-local", "DESKTOP_NOT_SUPPORTED")
 
     # --- exec and processes -------------------------------------------------------------------
@@ -486,7 +483,7 @@ class LizardApp:
         return sb
 
     async def exec_command(self, req: Request) -> Response | StreamResponse:
-        """E12/E13: JSON unless the client accepts ``text/event-stream``."""
+        """``POST /api/sandboxes/{id}/exec``: JSON unless the client accepts an event stream."""
         sb = self._running(req)
         spec = parse_exec_body(req.json(), self.settings)
         sse = "text/event-stream" in req.headers.get("accept", "")
@@ -537,7 +534,7 @@ class LizardApp:
         return StreamResponse(200, "text/event-stream", produce)
 
     async def list_processes(self, req: Request) -> Response:
-        """E14: commands started through exec that are still running."""
+        """``GET /api/sandboxes/{id}/processes``: commands started through exec still running."""
         sb = self.registry.get(req.params["id"])
         out = [
             {
@@ -553,7 +550,10 @@ class LizardApp:
         return json_response(out)
 
     async def signal_process(self, req: Request) -> Response:
-        """E15: the signal goes to the process and its descendants in the same session."""
+        """``POST /api/sandboxes/{id}/processes/signal``.
+
+        The signal goes to the process and its descendants in the same session.
+        """
         sb = self._running(req)
         body = req.json()
         pid = _int_field(body, "pid")
@@ -572,7 +572,7 @@ class LizardApp:
     # --- files --------------------------------------------------------------------------------
 
     async def write_file(self, req: Request) -> Response:
-        """E16."""
+        """``POST /api/sandboxes/{id}/files``."""
         sb = self._running(req)
         body = req.json()
         path = files.require_abs(body.get("path"))
@@ -597,7 +597,7 @@ class LizardApp:
         return json_response({"path": path, "size": len(data)})
 
     async def read_file(self, req: Request) -> Response | StreamResponse:
-        """E17: the raw bytes."""
+        """``GET /api/sandboxes/{id}/files``: the raw bytes."""
         sb = self._running(req)
         path = files.require_abs(req.query.get("path"))
         if req.query.get("user"):
@@ -613,7 +613,7 @@ class LizardApp:
         return Response(200, data, "text/plain; charset=utf-8")
 
     async def delete_file(self, req: Request) -> Response:
-        """E18."""
+        """``DELETE /api/sandboxes/{id}/files``."""
         sb = self._running(req)
         body = req.json(required=False)
         path = files.require_abs(body.get("path") or req.query.get("path"))
@@ -621,19 +621,19 @@ class LizardApp:
         return json_response({"ok": True})
 
     async def list_files(self, req: Request) -> Response:
-        """E19."""
+        """``GET /api/sandboxes/{id}/files/list``."""
         sb = self._running(req)
         path = files.require_abs(req.query.get("path"))
         return json_response(files.list_dir(sb, path))
 
     async def stat_file(self, req: Request) -> Response:
-        """E20."""
+        """``GET /api/sandboxes/{id}/files/stat``."""
         sb = self._running(req)
         path = files.require_abs(req.query.get("path"))
         return json_response(files.stat_path(sb, path))
 
     async def move_file(self, req: Request) -> Response:
-        """E21."""
+        """``POST /api/sandboxes/{id}/files/move``."""
         sb = self._running(req)
         body = req.json()
         src = files.require_abs(body.get("from"), "from")

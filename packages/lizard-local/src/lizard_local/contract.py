@@ -61,7 +61,7 @@ import anyio
 import pytest
 
 from lizard_local import procscan
-from lizard_local.local_server import LocalServer
+from lizard_local.server_process import LocalServer
 
 __all__ = [
     "EXEC_ROUTE",

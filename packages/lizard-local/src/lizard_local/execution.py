@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from lizard_local.agent_link import AgentError
-from lizard_local.http import ApiError
+from lizard_local.http import ApiError, string_map
 from lizard_local.output import LineSplitter
 from lizard_local.sandboxes import ProcessEntry, Sandbox
 from lizard_local.settings import Settings
@@ -50,16 +50,6 @@ def sse_event(data: dict[str, Any], event: str | None = None) -> bytes:
     return f"{head}data: {text}\n\n".encode()
 
 
-def _str_dict(value: Any, name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise ApiError(400, f"{name} must be an object of strings", "INVALID_BODY")
-    return dict(value)
-
-
 def parse_exec_body(body: dict[str, Any], settings: Settings) -> dict[str, Any]:
     """Validate an exec body; 400 on anything malformed."""
     cmd = body.get("cmd")
@@ -79,7 +69,7 @@ def parse_exec_body(body: dict[str, Any], settings: Settings) -> dict[str, Any]:
         raise ApiError(400, "cmd must be a string or a list of strings", "INVALID_BODY")
     if isinstance(cmd, str) and "\0" in cmd:
         raise ApiError(400, "cmd must not contain NUL bytes", "INVALID_BODY")
-    envs = _str_dict(body.get("envs"), "envs")
+    envs = string_map(body.get("envs"), "envs")
     user = body.get("user")
     if user is not None and not isinstance(user, str):
         raise ApiError(400, "user must be a string", "INVALID_BODY")

@@ -1,4 +1,4 @@
-"""File operations on a sandbox's filesystem (E16–E21).
+"""File operations on a sandbox's filesystem (``/api/sandboxes/{id}/files...``).
 
 Paths are absolute paths as the sandbox sees them, resolved from a descriptor of the sandbox's
 root (:meth:`~lizard_local.sandboxes.Sandbox.open_root`) with :mod:`lizard_local.in_root`: in

@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 
 # The agent runs as a standalone program, so the one copy of this parser lives there.
-from lizard_local.agent import unescape_mount_path
+from lizard_local.sandbox_agent import unescape_mount_path
 
 __all__ = ["mount_points_under", "remove_tree"]
 

@@ -21,6 +21,7 @@ __all__ = [
     "Send",
     "StreamResponse",
     "json_response",
+    "string_map",
 ]
 
 Scope = MutableMapping[str, Any]
@@ -55,6 +56,17 @@ class ApiError(Exception):
             out["code"] = self.code
         out.update(self.extra)
         return out
+
+
+def string_map(value: Any, name: str) -> dict[str, str]:
+    """A body field that must be an object of strings (``envs``, ``metadata``); absent is empty."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise ApiError(400, f"{name} must be an object of strings", "INVALID_BODY")
+    return dict(value)
 
 
 @dataclass

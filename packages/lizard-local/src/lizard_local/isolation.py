@@ -8,7 +8,7 @@ Two modes:
     its own, like a fresh microVM: the host's system directories read-only, the interpreter the
     templates use, a private copy of ``/etc``, empty ``/tmp``, ``/root``, ``/home/user`` and
     ``/workspace``, and nothing else of the host (see :mod:`lizard_local.sandbox_root` and
-    :mod:`lizard_local.agent`). Processes see only their own sandbox's processes.
+    :mod:`lizard_local.sandbox_agent`). Processes see only their own sandbox's processes.
 ``host``
     Everything else: commands run as host processes. ``HOME``, ``TMPDIR`` and the default working
     directory point at per-sandbox directories, and every process carries the sandbox marker;

@@ -29,7 +29,7 @@ from typing import Final
 
 import pytest
 
-from lizard_local.local_server import LocalServer
+from lizard_local.server_process import LocalServer
 
 __all__ = ["CLOUD", "LIVE", "Cloud", "lizard_cloud", "lizard_counters", "lizard_local"]
 

@@ -1,7 +1,7 @@
 """What a namespace sandbox's root is made of, prepared once when the server starts.
 
 A namespace sandbox sees a minimal root, like a fresh microVM, and nothing else of the host
-(:mod:`lizard_local.agent` builds it):
+(:mod:`lizard_local.sandbox_agent` builds it):
 
 - the host's system directories :data:`SYSTEM_DIRS` (``/usr``, ``/bin``, ``/sbin``, ``/lib*``,
   ``/sys``), read-only; the ones that are links on the host (a merged ``/usr``) stay links;

@@ -96,7 +96,7 @@ class Sandbox:
     exposed: dict[int, str] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
-        """The JSON sandbox record (E3)."""
+        """The JSON sandbox record (``GET /api/sandboxes/{id}``)."""
         cpus, memory_mb, price = SIZES[self.size]
         end = iso(self.end_at) if self.end_at is not None else None
         return {

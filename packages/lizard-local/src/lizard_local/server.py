@@ -1,4 +1,6 @@
-"""Run the emulator: bind 127.0.0.1, serve with uvicorn, clean every sandbox up on the way out.
+"""Run the emulator in this process: bind 127.0.0.1, serve with uvicorn, clean up on the way out.
+
+:class:`lizard_local.LocalServer` (:mod:`lizard_local.server_process`) runs this in a child process.
 
 :func:`serve` blocks until SIGINT/SIGTERM/SIGHUP, ``POST /_local/shutdown`` or (with
 ``exit_on_stdin_eof``) end of file on stdin, which is how a parent process that dies takes the

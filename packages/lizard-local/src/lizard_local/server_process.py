@@ -1,9 +1,10 @@
-"""Start and drive a lizard-local server from Python (tests, benchmarks, demos).
+"""Start and drive a lizard-local server process from Python (tests, benchmarks, demos).
 
-:class:`LocalServer` runs ``python -m lizard_local serve`` as a separate process, so the server
-behaves like a remote service and cannot be starved by the caller's threads or blocked by its
-socket restrictions. The child watches its stdin: when this process dies, the server cleans up
-and exits too. Control methods talk to the documented ``/_local`` API.
+:class:`LocalServer` runs ``python -m lizard_local serve`` (:func:`lizard_local.server.serve`) as
+a separate process, so the server behaves like a remote service and cannot be starved by the
+caller's threads or blocked by its socket restrictions. The child watches its stdin: when this
+process dies, the server cleans up and exits too. Control methods talk to the documented
+``/_local`` API.
 
 The API key never appears in the child's argv or environment (both are readable through
 ``/proc`` by other processes of the same user, such as host-mode sandbox commands run as root):

@@ -15,7 +15,7 @@ from lizard import Sandbox
 
 import lizard_local as lizard_local_pkg
 from lizard_local import LocalServer
-from lizard_local.agent import DEVICES, DROPPED_CAPS, Agent, read_proc_stat
+from lizard_local.sandbox_agent import DEVICES, DROPPED_CAPS, Agent, read_proc_stat
 
 
 def cmdline(pid: int) -> bytes:
@@ -155,7 +155,7 @@ def test_make_readonly_covers_every_mount_below(tmp_path, how: str):
     script = textwrap.dedent(
         f"""
         import os
-        from lizard_local import agent
+        from lizard_local import sandbox_agent as agent
         if {how!r} == "remount each":
             agent.SYS_MOUNT_SETATTR = 99999  # ENOSYS: the fallback for kernels before 5.12
         top = {str(tmp_path / "top")!r}

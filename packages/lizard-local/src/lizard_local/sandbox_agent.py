@@ -1,9 +1,11 @@
-"""The per-sandbox agent: one long-lived process that starts and tracks every process of a sandbox.
+"""The sandbox agent: one long-lived process per sandbox that starts and tracks all its processes.
 
-The server starts one agent per sandbox (``python -I -S agent.py FD``) and talks to it over an
+It is the emulator's stand-in for a microVM's init and part of the emulator itself; it is not
+lizard_core's guest command agent, a program that adapters run in a sandbox through ``exec``.
+The server starts one per sandbox (``python -I -S sandbox_agent.py FD``) and talks to it over an
 ``AF_UNIX``/``SOCK_SEQPACKET`` socket passed as file descriptor ``FD``; the first datagram is the
-agent's configuration. The agent is standard
-library only and never imports the rest of the package.
+agent's configuration. The agent is standard library only and never imports the rest of the
+package.
 
 Contract:
 
@@ -125,6 +127,25 @@ DROPPED_CAPS = {
 }
 
 _libc: Any = None
+
+
+def send_datagram(sock: socket.socket, data: bytes, fds: list[int]) -> None:
+    """Send one datagram, with ``fds`` passed as ``SCM_RIGHTS`` when there are any."""
+    if fds:
+        sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))])
+    else:
+        sock.send(data)
+
+
+def passed_fds(ancdata: list[tuple[int, int, bytes]]) -> list[int]:
+    """The file descriptors a received datagram carried (its ``SCM_RIGHTS`` messages)."""
+    fds: list[int] = []
+    for level, kind, payload in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            arr = array.array("i")
+            arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
+            fds.extend(arr)
+    return fds
 
 
 def libc() -> Any:
@@ -527,12 +548,7 @@ class Agent:
         """Send one datagram (with optional file descriptors)."""
         data = json.dumps(msg).encode()
         try:
-            if fds:
-                self.sock.sendmsg(
-                    [data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds))]
-                )
-            else:
-                self.sock.send(data)
+            send_datagram(self.sock, data, fds or [])
         except OSError:
             self.running = False
 
@@ -543,12 +559,7 @@ class Agent:
         )
         if not data:
             return None
-        fds: list[int] = []
-        for level, kind, payload in ancdata:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                arr = array.array("i")
-                arr.frombytes(payload[: len(payload) - len(payload) % arr.itemsize])
-                fds.extend(arr)
+        fds = passed_fds(ancdata)
         msg: dict[str, Any] = json.loads(data)
         if msg.get("memfd") and fds:
             with os.fdopen(fds.pop(0), "rb") as f:
@@ -688,7 +699,7 @@ class Agent:
 
 
 def main() -> None:
-    """Entry point: ``agent.py FD``; the configuration is the first datagram."""
+    """Entry point: ``sandbox_agent.py FD``; the configuration is the first datagram."""
     fd = int(sys.argv[1])
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
