@@ -51,7 +51,7 @@ import httpx
 from lizard.errors import handle_api_error
 
 from lizard_core._lines import bounded_lines
-from lizard_core.errors import SandboxGoneError
+from lizard_core.errors import ReadAbandonedError, SandboxGoneError
 
 __all__ = [
     "FILES_TIMEOUT_S",
@@ -81,14 +81,6 @@ class ExecResult:
     stdout: str
     stderr: str
     exit_code: int
-
-
-class ReadAbandonedError(Exception):
-    """A guarded ``GET files`` was abandoned before its body was read.
-
-    Either no response headers came within its ``headers_timeout``, or the body had no length
-    (a device could stream it without end).
-    """
 
 
 class Transport:

@@ -93,6 +93,8 @@ from lizard_core._bridge import wait_done
 from lizard_core._guest import program
 from lizard_core._lines import LineTooLongError
 from lizard_core.errors import (
+    GuestCancelledError,
+    GuestNotStartedError,
     GuestProtocolError,
     LizardIntegrationError,
     SandboxGoneError,
@@ -151,14 +153,6 @@ _MAX_GROUPS: Final = 64
 
 _SIGTERM: Final = 15
 _SIGKILL: Final = 9
-
-
-class GuestNotStartedError(GuestProtocolError):
-    """The exec ended before the guest program said a word: nothing of the request ran."""
-
-
-class GuestCancelledError(LizardIntegrationError):
-    """:func:`run_guest` was cancelled through its :class:`Cancellation`; the guest was stopped."""
 
 
 class Cancellation:

@@ -85,7 +85,11 @@ from lizard_core._guest import source
 from lizard_core._kernel_frames import STREAMS, check_end, check_frame, decode_output
 from lizard_core._spill import read_spill
 from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
-from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
+from lizard_core.errors import (
+    GuestProtocolError,
+    KernelUnavailableError,
+    SandboxGoneError,
+)
 from lizard_core.guest import (
     JOBS_ROOT,
     Cancellation,
@@ -139,10 +143,6 @@ _RESULT_OVERHEAD: Final = 256
 """What one rich result costs against the result budget before its data."""
 _OUTPUT_SLACK: Final = 64 * 1024
 """Output believed past ``max_output_bytes`` (the daemon cuts at a chunk boundary)."""
-
-
-class KernelUnavailableError(LizardIntegrationError):
-    """The kernel could not be started or reached in the sandbox (nothing of the cell ran)."""
 
 
 @dataclass(frozen=True)
