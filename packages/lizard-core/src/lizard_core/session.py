@@ -88,6 +88,7 @@ from lizard.config import ConnectionConfig
 from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
+from lizard_core._jobs import forget_cleanup
 from lizard_core._retry import RetryPolicy
 from lizard_core._transport import Transport
 from lizard_core.config import SandboxConfig
@@ -678,6 +679,8 @@ class Session:
                     # kill() answers False for a sandbox already gone: that counts as done.
                     self._call_with_retries(handle.kill, idempotent=True)
                     _log.debug("destroyed sandbox %s", sandbox_id)
+                if (kill or known_gone) and sandbox_id is not None:
+                    forget_cleanup(sandbox_id)  # no request will ever carry its job folders
             finally:
                 # The session is closed either way, so its pooled connection goes now (after
                 # the kill, so that a stream in flight ends with its sandbox, not before).

@@ -45,9 +45,9 @@ from smolagents.remote_executors import RemotePythonExecutor
 from smolagents.serialization import SafeSerializer
 from smolagents.tools import Tool, get_tools_definition_code
 
+from lizard_core import PackageCheck, missing_requirements, requirements
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
-from lizard_core.packages import PackageCheck, missing_requirements, requirements
 from lizard_core.session import Session
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
