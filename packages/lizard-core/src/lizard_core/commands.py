@@ -69,7 +69,6 @@ import errno
 import json
 import math
 import os
-import posixpath
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -79,6 +78,7 @@ from lizard_core._guest import program
 from lizard_core._spill import fetch_bounded
 from lizard_core._staging import stage_body
 from lizard_core._wire import AGENT_STREAM_BUDGET, AgentEnd, AgentFrame, GuestFrame
+from lizard_core.checks import check_absolute_path, check_env, check_seconds
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
 from lizard_core.guest import (
     Cancellation,
@@ -199,29 +199,14 @@ def _validate(
     if any("\0" in arg for arg in argv):
         raise ValueError("the command must not contain NUL characters")
     if cwd is not None:
-        if not isinstance(cwd, str):
-            raise TypeError("cwd must be a str or None")
-        if not posixpath.isabs(cwd) or "\0" in cwd:
-            raise ValueError("cwd must be an absolute path without NUL")
+        check_absolute_path(cwd, name="cwd")
     if type(create_cwd) is not bool:
         raise TypeError("create_cwd must be a bool")
     if create_cwd and cwd is None:
         raise ValueError("create_cwd=True needs a cwd to create")
-    env_dict: dict[str, str] = {}
-    if env is not None:
-        if not isinstance(env, Mapping):
-            raise TypeError("env must be a mapping of str to str")
-        for key, value in env.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError("env keys and values must be str")
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"invalid environment variable {key!r}")
-            env_dict[key] = value
+    env_dict = check_env(env)
     if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            raise TypeError("timeout must be a number of seconds or None")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError("timeout must be positive and finite, or None")
+        timeout = check_seconds(timeout)
     if isinstance(output_limit, bool) or not isinstance(output_limit, int):
         raise TypeError("output_limit must be an int")
     if output_limit <= 0:

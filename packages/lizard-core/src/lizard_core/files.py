@@ -74,6 +74,7 @@ from lizard_core._bridge import run_blocking
 from lizard_core._spill import fetch_bounded
 from lizard_core._transport import ReadAbandonedError
 from lizard_core._wire import AgentEnd, AgentFrame, GuestFrame
+from lizard_core.checks import check_absolute_path
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
@@ -164,11 +165,7 @@ class FileStat:
 
 
 def _check_path(path: object) -> str:
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str, not {type(path).__name__}")
-    if not posixpath.isabs(path) or "\0" in path:
-        raise ValueError(f"path must be absolute and without NUL: {path!r}")
-    return path
+    return check_absolute_path(path)
 
 
 def _http_safe(path: str) -> bool:

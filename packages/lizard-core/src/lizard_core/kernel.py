@@ -71,7 +71,6 @@ import base64
 import contextlib
 import functools
 import hashlib
-import math
 import posixpath
 import re
 import threading
@@ -92,6 +91,7 @@ from lizard_core._kernel_results import (
 from lizard_core._spill import read_spill
 from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
 from lizard_core._wire import KERNEL_STREAM_BUDGET, KernelEnd
+from lizard_core.checks import check_env, check_seconds
 from lizard_core.errors import (
     GuestProtocolError,
     KernelUnavailableError,
@@ -143,14 +143,6 @@ def _daemon_payload() -> tuple[str, str]:
     return hashlib.sha256(text).hexdigest()[:16], base64.b64encode(zlib.compress(text, 9)).decode()
 
 
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number of seconds, not {value!r}")
-    return float(value)
-
-
 def _limit(name: str, value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name} must be an int, not {type(value).__name__}")
@@ -165,21 +157,6 @@ def _text(name: str, value: object) -> str:
     if "\0" in value:
         raise ValueError(f"{name} must not contain NUL characters")
     return value
-
-
-def _env(env: object) -> dict[str, str]:
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping of str to str, not {type(env).__name__}")
-    checked: dict[str, str] = {}
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError("env must map str to str")
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise ValueError(f"invalid environment variable {key!r}")
-        checked[key] = value
-    return checked
 
 
 def _callback(on_output: object) -> OutputCallback | None:
@@ -253,7 +230,7 @@ class Kernel:
         self._session = session
         self._name = name
         self._cwd = cwd
-        self._grace = _positive("grace", grace)
+        self._grace = check_seconds(grace, name="grace")
         self._max_output = _limit("max_output_bytes", max_output_bytes)
         self._max_result = _limit("max_result_bytes", max_result_bytes)
         self._lock = threading.Lock()
@@ -367,9 +344,9 @@ class Kernel:
             {
                 "op": "execute",
                 "code": code,
-                "timeout": _positive("timeout", timeout),
+                "timeout": check_seconds(timeout, name="timeout"),
                 "grace": self._grace,
-                "env": _env(env),
+                "env": check_env(env),
                 "max_output": self._max_output,
                 "max_result": self._max_result,
                 "budget": KERNEL_STREAM_BUDGET,
@@ -389,7 +366,7 @@ class Kernel:
                 "op": "install",
                 "packages": names,
                 "pip_args": [_text("pip argument", a) for a in pip_args],
-                "timeout": _positive("timeout", timeout),
+                "timeout": check_seconds(timeout, name="timeout"),
                 "max_output": self._max_output,
                 "budget": KERNEL_STREAM_BUDGET,
             }

@@ -46,6 +46,7 @@ from smolagents.serialization import SafeSerializer
 from smolagents.tools import Tool, get_tools_definition_code
 
 from lizard_core import PackageCheck, missing_requirements, requirements
+from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
 from lizard_core.session import Session
@@ -84,15 +85,6 @@ _STATE_LOST: Final = (
     "defined in earlier steps is gone. Tools and the agent's initial variables are defined "
     "again; recompute anything else you need."
 )
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("smolagents-lizard")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents is untyped
@@ -176,7 +168,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             internet_access=internet_access,
             allowed_hosts=allowed_hosts,
             integration=INTEGRATION,
-            integration_version=_version(),
+            integration_version=package_version("smolagents-lizard"),
         )
         if install_timeout_ms is None:
             install_timeout_ms = min(DEFAULT_INSTALL_TIMEOUT_MS, lifetime_ms)
