@@ -35,7 +35,6 @@ import sys
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, cast
 
 from rich.text import Text
@@ -231,12 +230,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     def __enter__(self) -> LizardExecutor:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         self.cleanup()
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:
