@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 
 from lizard_core import _wire
+from lizard_core._guest import source
 
-GUEST = Path(_wire.__file__).parent / "_guest"
-AGENT = ("agent.py",)
-KERNEL = ("kernel_client.py", "kernel_daemon.py")
+AGENT = ("agent",)
+KERNEL = ("kernel_client", "kernel_daemon")
 
 
 def _names(namespace: type) -> set[str]:
@@ -24,7 +23,7 @@ def _spoken(files: tuple[str, ...]) -> tuple[set[str], set[str]]:
     kinds: set[str] = set()
     keys: set[str] = set()
     for name in files:
-        tree = ast.parse((GUEST / name).read_text())
+        tree = ast.parse(source(name))  # the program as it travels, parts bundled
         for node in ast.walk(tree):
             if isinstance(node, ast.Dict):
                 for key, value in zip(node.keys, node.values, strict=True):

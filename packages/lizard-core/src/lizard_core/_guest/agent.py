@@ -35,8 +35,8 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 
     Frame = Dict[str, Any]
 
-# Job directories (spilled output, file chunks) live here; cleanup never touches anything else.
-JOBS_ROOT = "/tmp/.lizard-core"
+from ._prelude import JOBS_ROOT, cleanup, frame_line
+
 # Raw bytes per data frame: base64 makes a 32 KiB line, half the platform's 64 KiB line split.
 FRAME_BYTES = 24 * 1024
 COPY_BYTES = 1024 * 1024
@@ -55,7 +55,7 @@ _sent = [0]
 
 def emit(frame: Frame) -> None:
     """Write one frame as one line; a vanished host stops this agent at the next frame."""
-    data = (json.dumps(frame, separators=(",", ":")) + "\n").encode("ascii")
+    data = frame_line(frame)
     with _lock:
         if _host_gone:
             return
@@ -110,15 +110,6 @@ def job_dir(req: Frame) -> str:
         raise ValueError("not a job directory: %r" % path)
     os.makedirs(path, mode=0o700, exist_ok=True)
     return path
-
-
-def cleanup(paths: List[str]) -> None:
-    """Remove job directories the host has finished with (only under ``JOBS_ROOT``)."""
-    import shutil
-
-    for path in paths:
-        if os.path.dirname(os.path.normpath(path)) == JOBS_ROOT:
-            shutil.rmtree(path, ignore_errors=True)
 
 
 def kill_group(pgid: int, sig: int) -> bool:

@@ -59,9 +59,9 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 
     Frame = Dict[str, Any]
 
+from ._prelude import JOBS_ROOT, cleanup, frame_line
+
 T0 = time.monotonic()
-# The guest protocol's job directories (see the agent); ``rm`` may name only these.
-JOBS_ROOT = "/tmp/.lizard-core"
 START = b'{"t":"cell"'
 FINAL = b'{"t":"end"'
 # While queued behind another request, how often to check whether its client is gone.
@@ -69,7 +69,7 @@ QUEUE_POLL = 0.25
 
 
 def emit(obj: Frame) -> None:
-    write_all((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    write_all(frame_line(obj))
 
 
 def write_all(data: bytes) -> None:
@@ -146,7 +146,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def kill_group(pid: int) -> None:
+def kill_daemon(pid: int) -> None:
     """SIGKILL the daemon's process group (or the daemon alone) and wait until it is gone."""
     try:
         group = os.getpgid(pid)
@@ -312,7 +312,7 @@ def start_daemon(directory: str, req: Frame) -> _socket.socket:
                 % (proc.returncode, log_tail(directory).strip() or "no output")
             )
         if time.monotonic() > deadline:
-            kill_group(proc.pid)
+            kill_daemon(proc.pid)
             raise Refused("the kernel daemon did not start in time: " + log_tail(directory))
         time.sleep(delay)
         delay = min(delay * 2, 0.02)
@@ -347,11 +347,11 @@ def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optio
             if runs_version(pid, req):
                 return sock, False, None
             sock.close()
-            kill_group(pid)
+            kill_daemon(pid)
             lost = "replaced"
         stale = read_pid(directory)
         if stale:
-            kill_group(stale)
+            kill_daemon(stale)
         return start_daemon(directory, req), True, lost
 
 
@@ -516,7 +516,7 @@ def restart_stuck(directory: str, req: Frame, pid: int) -> _socket.socket:
     """
     with Lock(directory):
         if read_pid(directory) == pid:
-            kill_group(pid)
+            kill_daemon(pid)
             return start_daemon(directory, req)
     return open_kernel(directory, req)[0]
 
@@ -529,7 +529,7 @@ def replace_daemon(directory: str, req: Frame, pid: int) -> None:
     """
     with Lock(directory):
         if pid:
-            kill_group(pid)
+            kill_daemon(pid)
         try:
             start_daemon(directory, req).close()
         except (Refused, NeedSource, OSError):
@@ -586,19 +586,6 @@ def remove_staged(paths: List[str]) -> None:
             pass
 
 
-def cleanup(paths: Optional[List[str]]) -> None:
-    """Remove job directories the host has finished with (the guest protocol's ``rm``).
-
-    Every guest request carries them, whichever program runs; only directories directly under
-    the protocol's job root are touched.
-    """
-    import shutil
-
-    for path in paths or ():
-        if os.path.dirname(os.path.normpath(str(path))) == JOBS_ROOT:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def main() -> None:
     emit({"t": "pid", "pid": os.getpid()})
     parts = int(sys.argv[2])
@@ -628,7 +615,7 @@ def main() -> None:
             with Lock(directory):
                 pid = read_pid(directory)
                 if pid:
-                    kill_group(pid)
+                    kill_daemon(pid)
                 try:
                     sock = start_daemon(directory, req)
                 except NeedSource:
@@ -640,7 +627,7 @@ def main() -> None:
             with Lock(directory):
                 pid = read_pid(directory)
                 if pid:
-                    kill_group(pid)
+                    kill_daemon(pid)
                 import shutil
 
                 shutil.rmtree(directory, ignore_errors=True)

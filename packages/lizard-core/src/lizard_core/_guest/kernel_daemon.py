@@ -83,6 +83,8 @@ if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Py
     Frame = Dict[str, Any]
     Bundle = Dict[str, str]
 
+from ._prelude import frame_line
+
 # Frame bodies are kept under these sizes so that a frame line stays well under the 64 KiB line
 # split of the exec stream (base64 of 24 KiB is 32 KiB).
 OUT_CHUNK = 24 * 1024
@@ -113,10 +115,6 @@ STREAM_NO = {"stdout": 1, "stderr": 2}
 
 def cell_frame(count: int) -> Frame:
     return {"t": "cell", "kernel": KERNEL_ID, "pid": os.getpid(), "n": count}
-
-
-def frame_line(obj: Frame) -> bytes:
-    return (json.dumps(obj, separators=(",", ":")) + "\n").encode()
 
 
 def block_sigint() -> None:
