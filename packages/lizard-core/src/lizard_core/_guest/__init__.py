@@ -72,6 +72,17 @@ class _Compact(ast.NodeTransformer):
     def visit_Module(self, node: ast.Module) -> ast.Module:
         node.body = self._body(node.body)
         self.generic_visit(node)
+        # Bundled parts import what the program already has: once is enough.
+        seen: set[str] = set()
+        body = []
+        for statement in node.body:
+            if isinstance(statement, ast.Import | ast.ImportFrom):
+                key = ast.dump(statement)
+                if key in seen:
+                    continue
+                seen.add(key)
+            body.append(statement)
+        node.body = body
         return node
 
     def _function(self, node: ast.FunctionDef) -> ast.FunctionDef:
@@ -86,6 +97,11 @@ class _Compact(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
         return self._function(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        node.body = self._body(node.body)
+        self.generic_visit(node)
+        return node
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.stmt | None:
         if node.value is None:

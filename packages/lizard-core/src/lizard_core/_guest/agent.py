@@ -31,7 +31,7 @@ import zlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
     Frame = Dict[str, Any]
 
@@ -142,25 +142,10 @@ def op_run(req: Frame) -> Frame:
     ``cwd``: where the command started, symlinks resolved, and ``se``: the errno of a program
     that could not be started (None when it started).
     """
-    import selectors
-    import signal
     import subprocess
 
     argv = req["argv"]
-    cwd = req.get("cwd")
-    limit, wire = req["limit"], req["wire"]
-    if cwd is not None:
-        if req.get("mkcwd"):
-            ensure_dir(cwd)
-        if not stat.S_ISDIR(os.stat(cwd).st_mode):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
-        # Where the command really starts, symlinks resolved, as `cd -P` would put it.
-        cwd = os.path.realpath(cwd)
-    else:
-        try:
-            cwd = os.getcwd()
-        except OSError:
-            cwd = None  # removed under us: the command still starts there, as before
+    cwd = command_cwd(req)
     env = dict(os.environ)
     identity: Any = None
     if req.get("user") is not None:
@@ -173,32 +158,7 @@ def op_run(req: Frame) -> Frame:
     env.update(req.get("env") or {})
     stdin = req.get("stdin")
     stop: List[int] = []
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-
-    def on_stop(signum: int, _frame: Any) -> None:
-        stop.append(signum)
-
-    # Installed before the command starts, so a cancellation can never kill this agent and
-    # orphan the command. execve resets caught signals, so the command gets the defaults.
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, on_stop)
-    options: Dict[str, Any] = {}
-    if identity is not None:
-        uid, gid, groups = identity
-        if sys.version_info >= (3, 9):
-            options = {"user": uid, "group": gid, "extra_groups": groups}
-        else:  # pragma: no cover - Python 3.8 guests only
-
-            def demote() -> None:
-                os.setgroups(groups)
-                os.setgid(gid)
-                os.setuid(uid)
-
-            options = {"preexec_fn": demote}
+    wake_r = catch_stop_signals(stop)
     try:
         proc = subprocess.Popen(
             argv,
@@ -210,7 +170,7 @@ def op_run(req: Frame) -> Frame:
             # Its own session and process group: timeout and cancellation kill exactly this
             # group, never what the command detached into a session of its own.
             start_new_session=True,
-            **options,
+            **run_as(identity),
         )
     except OSError as exc:
         if exc.errno == errno.E2BIG:
@@ -226,50 +186,141 @@ def op_run(req: Frame) -> Frame:
         staged: List[str] = [] if stdin == "inline" else list(stdin or [])
         _thread.start_new_thread(feed_stdin, (os.dup(proc.stdin.fileno()), pieces, staged))
         proc.stdin.close()
+    emit({"t": "start", "pg": proc.pid})
+    output = CommandOutput(req)
+    rc, timed_out = supervise(proc, output, stop, wake_r, req.get("timeout"))
+    output.close()
+    return {
+        "rc": exit_code(rc),
+        "n": output.total[1:],
+        "sp": output.spilled(),
+        "to": timed_out,
+        "ol": output.over,
+        "x": bool(stop),
+        "cwd": cwd,
+    }
+
+
+def command_cwd(req: Frame) -> Optional[str]:
+    """Where the command starts, symlinks resolved as ``cd -P`` would (created with ``mkcwd``)."""
+    cwd: Optional[str] = req.get("cwd")
+    if cwd is None:
+        try:
+            return os.getcwd()
+        except OSError:
+            return None  # removed under us: the command still starts there, as before
+    if req.get("mkcwd"):
+        ensure_dir(cwd)
+    if not stat.S_ISDIR(os.stat(cwd).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+    return os.path.realpath(cwd)
+
+
+def catch_stop_signals(stop: List[int]) -> int:
+    """Record SIGTERM, SIGINT and SIGHUP in ``stop``; return a descriptor that wakes a select.
+
+    Installed before the command starts, so a cancellation can never kill this agent and
+    orphan the command. execve resets caught signals, so the command gets the defaults.
+    """
+    import signal
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_stop)
+    return wake_r
+
+
+def run_as(identity: Optional[List[Any]]) -> Dict[str, Any]:
+    """``Popen`` options that start the command as ``[uid, gid, groups]`` (none: as this agent)."""
+    if identity is None:
+        return {}
+    uid, gid, groups = identity
+    if sys.version_info >= (3, 9):
+        return {"user": uid, "group": gid, "extra_groups": groups}
+    else:  # pragma: no cover - Python 3.8 guests only
+
+        def demote() -> None:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+
+        return {"preexec_fn": demote}
+
+
+class CommandOutput:
+    """A command's two streams: deflated frames within the wire budget, the rest spilled.
+
+    Each stream is deflated on its own and flushed at every read, so output stays live; what
+    fits ``wire`` bytes of frames (under the platform's per-stream cap) is sent, the rest of a
+    stream that passes it is spilled to a job file. Past ``limit`` bytes a stream is cut and
+    :attr:`over` set.
+    """
+
+    def __init__(self, req: Frame) -> None:
+        self.req = req
+        self.limit, self.wire = req["limit"], req["wire"]
+        self.total = [0, 0, 0]
+        self.spill: List[Any] = [None, None, None]
+        self.packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
+        self.over = False
+
+    def send(self, index: int, data: bytes) -> bytes:
+        """Send what fits the wire budget; return the rest."""
+        while data:
+            fit = packed_fit(self.wire - sent_bytes[0])
+            if fit < min(len(data), 4096):
+                return data
+            piece, data = data[:fit], data[fit:]
+            packer = self.packers[index]
+            emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
+        return data
+
+    def take(self, index: int, data: bytes) -> None:
+        room = self.limit - self.total[index]
+        if len(data) > room:
+            data, self.over = data[: max(room, 0)], True
+        self.total[index] += len(data)
+        if self.spill[index] is None:
+            data = self.send(index, data)
+            if data:
+                self.spill[index] = open(os.path.join(job_dir(self.req), str(index)), "wb")
+        if data:
+            self.spill[index].write(data)
+
+    def spilled(self) -> List[Optional[str]]:
+        return [None if h is None else h.name for h in self.spill[1:]]
+
+    def close(self) -> None:
+        for handle in self.spill:
+            if handle is not None:
+                handle.close()
+
+
+def supervise(
+    proc: Any, output: CommandOutput, stop: List[int], wake_r: int, timeout: Optional[float]
+) -> Tuple[int, bool]:
+    """Pump the command's output until it has exited; return its code and whether it timed out.
+
+    The command's group is killed past its timeout or output limit, or when asked to stop.
+    """
+    import selectors
+    import signal
 
     pgid = proc.pid
-    emit({"t": "start", "pg": pgid})
     sel = selectors.DefaultSelector()
     sel.register(wake_r, selectors.EVENT_READ, 0)
-    assert proc.stdout is not None
-    assert proc.stderr is not None
     pipes = {1: proc.stdout.fileno(), 2: proc.stderr.fileno()}
     for index, fd in pipes.items():
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, index)
-    total = [0, 0, 0]
-    spill: List[Any] = [None, None, None]
-    # Each stream is deflated on its own and flushed at every read, so output stays live; what
-    # fits ``wire`` bytes of frames (under the platform's per-stream cap) is sent, the rest of
-    # a stream that passes it is spilled to a job file.
-    packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
-    over = False
-
-    def send(index: int, data: bytes) -> bytes:
-        """Send what fits the wire budget; return the rest."""
-        while data:
-            fit = packed_fit(wire - sent_bytes[0])
-            if fit < min(len(data), 4096):
-                return data
-            piece, data = data[:fit], data[fit:]
-            packer = packers[index]
-            emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
-        return data
-
-    def take(index: int, data: bytes) -> None:
-        nonlocal over
-        room = limit - total[index]
-        if len(data) > room:
-            data, over = data[: max(room, 0)], True
-        total[index] += len(data)
-        if spill[index] is None:
-            data = send(index, data)
-            if data:
-                spill[index] = open(os.path.join(job_dir(req), str(index)), "wb")
-        if data:
-            spill[index].write(data)
-
-    timeout = req.get("timeout")
     started = time.monotonic()
     deadline: Optional[float] = None if timeout is None else started + timeout
     timed_out = False
@@ -283,8 +334,8 @@ def op_run(req: Frame) -> Frame:
             rc = proc.poll()
             if rc is not None:
                 exited_at = last_data = now
-        if (over or (deadline is not None and now >= deadline)) and rc is None:
-            timed_out = timed_out or not over
+        if (output.over or (deadline is not None and now >= deadline)) and rc is None:
+            timed_out = timed_out or not output.over
             kill_group(pgid, signal.SIGKILL)
             deadline = None
         if stop and stop_at is None:
@@ -316,25 +367,14 @@ def op_run(req: Frame) -> Frame:
                 continue
             if data:
                 last_data = time.monotonic()
-                take(key.data, data)
+                output.take(key.data, data)
             else:
                 sel.unregister(key.fd)
     if rc is None:
         rc = proc.wait()
-    for handle in spill:
-        if handle is not None:
-            handle.close()
     proc.stdout.close()
     proc.stderr.close()
-    return {
-        "rc": exit_code(rc),
-        "n": total[1:],
-        "sp": [None if h is None else h.name for h in spill[1:]],
-        "to": timed_out,
-        "ol": over,
-        "x": bool(stop),
-        "cwd": cwd,
-    }
+    return rc, timed_out
 
 
 def op_signal(req: Frame) -> Frame:
