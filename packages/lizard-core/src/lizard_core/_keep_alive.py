@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, Final, TypeVar
 
 from lizard_core.config import SandboxConfig
@@ -47,26 +47,12 @@ class KeepAlive:
     _keeper: threading.Thread | None
     _keeper_wake: threading.Condition
 
-    def _call_with_retries(
-        self,
-        fn: Callable[..., T],
-        /,
-        *args: Any,
-        idempotent: bool,
-        passthrough: tuple[type[BaseException], ...] = (),
-        **kwargs: Any,
-    ) -> T:
+    def _extend(self, sandbox: Any) -> None:
+        """Set the sandbox's deadline a lifetime ahead (blocking); the session's own call."""
         raise NotImplementedError
 
-    async def acall(
-        self,
-        fn: Callable[..., T],
-        /,
-        *args: Any,
-        idempotent: bool = False,
-        passthrough: tuple[type[BaseException], ...] = (),
-        **kwargs: Any,
-    ) -> T:
+    async def _aextend(self, sandbox: Any) -> None:
+        """Async :meth:`_extend`."""
         raise NotImplementedError
 
     def _extension_due(self) -> bool:
@@ -92,7 +78,7 @@ class KeepAlive:
             return
         started = time.monotonic()
         try:
-            self._call_with_retries(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
+            self._extend(sandbox)
         except LizardIntegrationError as error:
             self._extended(started, error)
         else:
@@ -103,7 +89,7 @@ class KeepAlive:
             return
         started = time.monotonic()
         try:
-            await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
+            await self._aextend(sandbox)
         except LizardIntegrationError as error:
             self._extended(started, error)
         else:

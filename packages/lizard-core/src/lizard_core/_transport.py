@@ -195,30 +195,8 @@ class Transport:
         server) and raise :class:`ReadAbandonedError`, and so does a successful answer without a
         ``Content-Length``: a device such as ``/dev/zero`` could stream it without end.
         """
-        client = self._get_client()
-        request = client.build_request(
-            "GET",
-            self._url(sandbox_id, "files"),
-            headers=self._headers,
-            params={"path": path},
-            timeout=FILES_TIMEOUT_S
-            if headers_timeout is None
-            else httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
-        )
+        res = self._open_files(sandbox_id, path, headers_timeout)
         try:
-            res = client.send(request, stream=True)
-        except httpx.ReadTimeout:
-            if headers_timeout is None:
-                raise
-            raise ReadAbandonedError(
-                f"No response headers within {headers_timeout:g} s; the request was abandoned."
-            ) from None
-        try:
-            # httpcore reads this limit anew when the body starts: 60 s for it, not the guard.
-            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
-            if not res.is_success:
-                res.read()
-                handle_api_error(res.status_code, res.text)
             if headers_timeout is not None and "content-length" not in res.headers:
                 raise ReadAbandonedError("The file came without a length; it was not read.")
             buffer = io.BytesIO()
@@ -246,25 +224,8 @@ class Transport:
         before a byte of the body is read, and no buffer is ever sized from the header. Read
         the body with :meth:`iter_bounded`, which holds the same limit should the body run on.
         """
-        client = self._get_client()
-        request = client.build_request(
-            "GET",
-            self._url(sandbox_id, "files"),
-            headers=self._headers,
-            params={"path": path},
-            timeout=httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
-        )
+        res = self._open_files(sandbox_id, path, headers_timeout)
         try:
-            res = client.send(request, stream=True)
-        except httpx.ReadTimeout:
-            raise ReadAbandonedError(
-                f"No response headers within {headers_timeout:g} s; the request was abandoned."
-            ) from None
-        try:
-            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
-            if not res.is_success:
-                res.read()
-                handle_api_error(res.status_code, res.text)
             length = res.headers.get("content-length", "")
             if not length.isdigit():
                 raise ReadAbandonedError("The file came without a length; it was not read.")
@@ -273,6 +234,43 @@ class Transport:
                     f"The file is {int(length):,} bytes, over the {max_bytes:,} bytes this read "
                     "allows; it was not read."
                 )
+        except BaseException:
+            res.close()
+            raise
+        return res
+
+    def _open_files(
+        self, sandbox_id: str, path: str, headers_timeout: float | None
+    ) -> httpx.Response:
+        """Send ``GET files`` and return its streaming response once it answered with success.
+
+        With ``headers_timeout``, headers late past it abandon the request
+        (:class:`ReadAbandonedError`); the body is then read under the SDK's 60 s limit again.
+        """
+        client = self._get_client()
+        request = client.build_request(
+            "GET",
+            self._url(sandbox_id, "files"),
+            headers=self._headers,
+            params={"path": path},
+            timeout=FILES_TIMEOUT_S
+            if headers_timeout is None
+            else httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
+        )
+        try:
+            res = client.send(request, stream=True)
+        except httpx.ReadTimeout:
+            if headers_timeout is None:
+                raise
+            raise ReadAbandonedError(
+                f"No response headers within {headers_timeout:g} s; the request was abandoned."
+            ) from None
+        try:
+            # httpcore reads this limit anew when the body starts: 60 s for it, not the guard.
+            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
+            if not res.is_success:
+                res.read()
+                handle_api_error(res.status_code, res.text)
         except BaseException:
             res.close()
             raise

@@ -49,13 +49,11 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   header; never into the sandbox's environment, argv, files, logs or error text.
 - **Project.** Creating needs a project; attaching does not. A session without ``sandbox_id``
   whose configuration names no project raises :class:`ValueError` at construction.
-
 - **One pooled connection.** :meth:`Session.transport` (made on first use, closed with the
   session) carries the guest layer's execs and files requests; lifecycle calls stay on the SDK.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
-``GET /api/projects`` that resolves the project reference, made once however many sessions
-create at the same moment); no read-back follows the create.
+``GET /api/projects`` resolving the project); no read-back follows the create.
 """
 
 from __future__ import annotations
@@ -494,6 +492,12 @@ class Session(KeepAlive):
                 return fn(*args, **kwargs)
             time.sleep(attempt.delay)
         raise AssertionError("unreachable: attempts() is endless")
+
+    def _extend(self, sandbox: Any) -> None:
+        self._call_with_retries(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
+
+    async def _aextend(self, sandbox: Any) -> None:
+        await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
 
     # ── teardown ─────────────────────────────────────────────────────────
 

@@ -34,7 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from types import TracebackType
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from lizard_core.commands import CommandResult, arun_command, run_command
 from lizard_core.checks import check_seconds, package_version
@@ -135,26 +135,15 @@ class LizardTool:
     def run(self, command: str) -> CommandOutput:
         """Run ``command`` with ``/bin/sh -c`` and wait for it (blocking)."""
         with tool_errors():
-            result = run_command(
-                self._session,
-                command,
-                shell=True,
-                timeout=self._timeout,
-                output_limit=OUTPUT_LIMIT,
-            )
-        return _output(result)
+            return _output(run_command(self._session, command, **self._options()))
 
     async def arun(self, command: str) -> CommandOutput:
         """Async :meth:`run`; cancelling the task stops the command."""
         with tool_errors():
-            result = await arun_command(
-                self._session,
-                command,
-                shell=True,
-                timeout=self._timeout,
-                output_limit=OUTPUT_LIMIT,
-            )
-        return _output(result)
+            return _output(await arun_command(self._session, command, **self._options()))
+
+    def _options(self) -> dict[str, Any]:
+        return {"shell": True, "timeout": self._timeout, "output_limit": OUTPUT_LIMIT}
 
     def close(self) -> None:
         """Destroy the sandbox (blocking); idempotent. A sandbox already gone counts as done."""
