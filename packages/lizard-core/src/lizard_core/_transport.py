@@ -1,9 +1,10 @@
 """One pooled HTTP connection per session for the hot paths: the streaming exec and files.
 
 lizard-sdk sends every request through a module-level ``httpx`` call, which opens a new
-connection and builds a new SSL context (about 17 ms of CPU) each time. A :class:`Transport`
-holds one ``httpx.Client`` per :class:`~lizard_core.session.Session` instead, so consecutive
-commands and file operations of a session reuse one kept-alive connection. Contract:
+connection and builds a new SSL context each time (``docs/performance.md`` counts them). A
+:class:`Transport` holds one ``httpx.Client`` per :class:`~lizard_core.session.Session`
+instead, so consecutive commands and file operations of a session reuse one kept-alive
+connection. Contract:
 
 - **Only the hot paths.** :meth:`Transport.exec_stream` (the streaming exec of the guest
   protocol), :meth:`Transport.read_bytes` (``GET files``) and :meth:`Transport.write_bytes`

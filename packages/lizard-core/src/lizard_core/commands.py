@@ -41,10 +41,8 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
   :data:`INPUT_INLINE` bytes (it travels in the exec's argv). Larger input is uploaded first
   with one ``POST files`` per :data:`~lizard_core.files.CHUNK_SIZE` piece into a job directory
   that the guest empties as it feeds the command. Output travels deflated
-  (one zlib stream per output stream, flushed at every read so it stays live), so the budget
-  holds about 330 KiB of incompressible output and more of text: about 1.2 MiB of source code,
-  3 MiB or more of logs and listings (measured: ``ls -lR`` output 7.7x smaller on the wire,
-  pytest logs 7.8x, Python source 2.7x). Past it the guest spills the rest of
+  (one zlib stream per output stream, flushed at every read so it stays live; what the budget
+  holds is in ``docs/architecture.md``). Past it the guest spills the rest of
   each stream to a job file, fetched with one ``GET files`` per spilled stream; the job
   directory is removed by the next guest request on the sandbox, so cleanup costs no request
   of its own.

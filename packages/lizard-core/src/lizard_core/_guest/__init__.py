@@ -2,8 +2,8 @@
 
 The sources here are written for people (docstrings, comments, type annotations). What travels in
 every exec request's argv is :func:`program`'s compact form of them: the same syntax tree without
-docstrings, comments or annotations, indented by one space per level, which is about 60% of the
-size and still Python 3.8 code.
+docstrings, comments or annotations, indented by one space per level: smaller, and still
+Python 3.8 code.
 
 A guest program may be written in parts: a line ``from ._part import name, ...`` (a sibling
 module whose name starts with ``_``) is replaced in :func:`source` by that part's code, once per
