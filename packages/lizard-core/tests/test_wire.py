@@ -30,7 +30,7 @@ def _spoken(files: tuple[str, ...]) -> tuple[set[str], set[str]]:
                     if isinstance(key, ast.Constant) and isinstance(key.value, str):
                         keys.add(key.value)
                         if key.value == "t" and isinstance(value, ast.Constant):
-                            kinds.add(value.value)
+                            kinds.add(str(value.value))
             elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
                 if isinstance(node.slice.value, str):
                     keys.add(node.slice.value)
@@ -38,19 +38,23 @@ def _spoken(files: tuple[str, ...]) -> tuple[set[str], set[str]]:
                 for target in node.targets:  # frame["t"] = "end"
                     tagged = isinstance(target, ast.Subscript) and target.slice
                     if isinstance(tagged, ast.Constant) and tagged.value == "t":
-                        kinds.add(node.value.value)
-            is_call = isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-            if is_call and node.func.id == "final":  # the kernel client's final(**end_keys)
-                keys.update(kw.arg for kw in node.keywords if kw.arg)
-            if isinstance(node, ast.Call) and node.args:
-                first = node.args[0]
-                if isinstance(first, ast.Constant) and isinstance(first.value, str):
-                    func = node.func
-                    if isinstance(func, ast.Attribute) and func.attr in ("get", "setdefault"):
-                        keys.add(first.value)
-                    elif isinstance(func, ast.Name) and func.id == "emit_data":
-                        kinds.add(first.value)  # the agent's data frames: emit_data(kind, ...)
+                        kinds.add(str(node.value.value))
+            if isinstance(node, ast.Call):
+                _spoken_by_call(node, kinds, keys)
     return kinds, keys
+
+
+def _spoken_by_call(node: ast.Call, kinds: set[str], keys: set[str]) -> None:
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "final":  # the kernel client's final(**end)
+        keys.update(kw.arg for kw in node.keywords if kw.arg)
+    first = node.args[0] if node.args else None
+    if not isinstance(first, ast.Constant) or not isinstance(first.value, str):
+        return
+    if isinstance(func, ast.Attribute) and func.attr in ("get", "setdefault"):
+        keys.add(first.value)
+    elif isinstance(func, ast.Name) and func.id == "emit_data":
+        kinds.add(first.value)  # the agent's data frames: emit_data(kind, ...)
 
 
 @pytest.mark.parametrize(
