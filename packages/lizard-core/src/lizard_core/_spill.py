@@ -30,10 +30,12 @@ from typing import Any, Final
 import lizard
 
 from lizard_core._lines import bounded_lines
-from lizard_core._transport import ReadAbandonedError, Transport
+from lizard_core._transport import Transport
+from lizard_core._wire import GuestFrame
 from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
+    ReadAbandonedError,
     SandboxGoneError,
     translate,
     translated,
@@ -115,7 +117,7 @@ def _frame(line: bytes) -> dict[str, Any]:
         frame = json.loads(line)
     except ValueError:
         frame = None
-    if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+    if not isinstance(frame, dict) or not isinstance(frame.get(GuestFrame.TYPE), str):
         raise GuestProtocolError("The kernel's spilled output is malformed.")
     return frame
 
