@@ -339,10 +339,3 @@ def test_every_exception_class_of_lizard_core_is_defined_in_errors() -> None:
             ):
                 elsewhere.append(f"{info.name}.{name}")
     assert elsewhere == []
-
-
-def test_command_timeout_is_a_builtin_timeout() -> None:
-    error = CommandTimeoutError("too slow", stdout=b"out", timeout=2.0)
-    assert isinstance(error, TimeoutError)
-    assert str(error) == "too slow"
-    assert (error.stdout, error.timeout) == (b"out", 2.0)

@@ -7,7 +7,7 @@ Every exception class lizard_core defines is defined here::
     ├── CredentialsError            the API key was rejected (401) or refused this action (403)
     ├── QuotaError                  payment required (402) or a limit reached (429)
     ├── TransientError              5xx, 408/504, timeouts, dropped connections; may pass
-    ├── CommandTimeoutError         a command outlived its timeout (also a ``TimeoutError``)
+    ├── CommandTimeoutError         a command outlived its timeout
     ├── OutputLimitError            a command's output passed its limit
     ├── GuestProtocolError          the guest program's framed answer was missing or malformed
     │   ├── GuestNotStartedError    the exec ended before the guest said a word; nothing ran
@@ -189,10 +189,8 @@ class _PartialOutputError(LizardIntegrationError):
         self.stderr = stderr
 
 
-class CommandTimeoutError(_PartialOutputError, TimeoutError):
+class CommandTimeoutError(_PartialOutputError):
     """A command outlived its timeout and was stopped.
-
-    Also a builtin :class:`TimeoutError`, so callers can catch what they already know.
 
     ``stdout`` and ``stderr`` hold the exact bytes produced before it stopped; ``timeout`` is
     the limit in seconds when known.
