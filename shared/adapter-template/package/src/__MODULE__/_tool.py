@@ -29,10 +29,8 @@ docs/adding-an-adapter.md.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from types import TracebackType
 from typing import Any, ClassVar, Final
 
@@ -53,7 +51,6 @@ OUTPUT_LIMIT: Final = 1024 * 1024
 
 INTEGRATION: Final = "__FRAMEWORK__"
 """The integration's name in the metadata of every sandbox it creates."""
-
 
 
 @dataclass(frozen=True)
