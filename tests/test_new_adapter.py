@@ -215,7 +215,7 @@ def test_generation_with_dist_writes_the_package_under_that_name(scratch_root: P
     assert (package / "src" / "lizard_adk" / "py.typed").is_file()
     assert 'name = "lizard-adk"' in (package / "pyproject.toml").read_text()
     assert "from lizard_adk import LizardTool" in (package / "README.md").read_text()
-    assert 'metadata.version("lizard-adk")' in (package / "src/lizard_adk/_tool.py").read_text()
+    assert 'package_version("lizard-adk")' in (package / "src/lizard_adk/_tool.py").read_text()
     assert (scratch_root / "docs" / "lizard-adk.md").is_file()
     assert not (scratch_root / "packages" / "adk-lizard").exists()
 

@@ -316,3 +316,26 @@ def test_translate_over_a_real_connection_failure() -> None:
         lizard.Sandbox.connect("sbx_x", api_key=KEY, api_url="http://127.0.0.1:9")
     assert isinstance(caught.value.__cause__, httpx.ConnectError)
     assert KEY not in "".join(traceback.format_exception(caught.value))
+
+
+def test_every_exception_class_of_lizard_core_is_defined_in_errors() -> None:
+    import importlib
+    import inspect
+    import pkgutil
+
+    import lizard_core
+
+    elsewhere = []
+    for info in pkgutil.iter_modules(lizard_core.__path__, "lizard_core."):
+        if info.name == "lizard_core._guest":
+            continue  # guest programs run in the sandbox; their exceptions never reach the host
+        module = importlib.import_module(info.name)
+        for name, value in vars(module).items():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, BaseException)
+                and value.__module__.startswith("lizard_core")
+                and value.__module__ != "lizard_core.errors"
+            ):
+                elsewhere.append(f"{info.name}.{name}")
+    assert elsewhere == []

@@ -20,6 +20,7 @@ import pytest
 
 from lizard_core import guest
 from lizard_core._guest import program, source
+from lizard_core._guest_lines import LineReader
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
@@ -173,7 +174,7 @@ def test_request_and_data_arguments_stay_under_the_per_argument_limit() -> None:
 
 def test_line_reader_joins_split_frames_and_reports_noise() -> None:
     events: list[tuple[str, Any]] = []
-    reader = guest._LineReader(lambda kind, value: events.append((kind, value)))
+    reader = LineReader(lambda kind, value: events.append((kind, value)))
     line = json.dumps({"t": "o", "d": "x" * 100})
     reader.feed(line[:40])
     reader.feed(line[40:90])

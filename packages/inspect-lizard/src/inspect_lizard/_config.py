@@ -9,11 +9,11 @@ eval. Every field of 0.1.0's ``LizardSandboxConfig`` (``project_id``, ``template
 from __future__ import annotations
 
 import posixpath
-from importlib import metadata
 from typing import Final
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lizard_core.checks import check_absolute_path, package_version
 from lizard_core.config import MAX_LIFETIME_MS, MIN_LIFETIME_MS, SandboxConfig, Size
 
 __all__ = ["INTEGRATION", "TASK_METADATA_KEY", "LizardSandboxConfig"]
@@ -23,13 +23,6 @@ INTEGRATION: Final = "inspect"
 TASK_METADATA_KEY: Final = "task"
 """Metadata key naming the Inspect task a sandbox was created for (as in 0.1.0)."""
 _TASK_TAG_MAX: Final = 200
-
-
-def _version() -> str:
-    try:
-        return metadata.version("inspect-lizard")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
 
 
 class LizardSandboxConfig(BaseModel):
@@ -69,9 +62,7 @@ class LizardSandboxConfig(BaseModel):
     @field_validator("working_dir")
     @classmethod
     def _absolute(cls, value: str) -> str:
-        if not posixpath.isabs(value) or "\0" in value:
-            raise ValueError("working_dir must be an absolute path without NUL")
-        return posixpath.normpath(value)
+        return posixpath.normpath(check_absolute_path(value, name="working_dir"))
 
     def sandbox_config(
         self,
@@ -98,5 +89,5 @@ class LizardSandboxConfig(BaseModel):
             internet_access=self.internet_access,
             allowed_hosts=self.allowed_hosts,
             integration=INTEGRATION,
-            integration_version=_version(),
+            integration_version=package_version("inspect-lizard"),
         )

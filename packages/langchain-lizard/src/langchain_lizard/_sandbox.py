@@ -39,6 +39,7 @@ from deepagents.backends.protocol import (
 )
 from deepagents.backends.sandbox import BaseSandbox
 
+from lizard_core.checks import package_version
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, UNTIMED_EXEC_S, arun_command, run_command
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.errors import CommandTimeoutError, OutputLimitError
@@ -69,13 +70,6 @@ command of its own that is kept there (``write`` then costs two requests)."""
 # stderr joined to stdout before the command is parsed, so that even its syntax errors keep
 # their place; "$1" is the command, passed as an argument rather than spliced into the script.
 _JOINED: Final = ("/bin/sh", "-c", 'exec 2>&1; exec /bin/sh -c "$1"', "sh")
-
-
-def _version() -> str:
-    try:
-        return metadata.version("langchain-lizard")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
 
 
 def _check_timeout(timeout: object) -> float | None:
@@ -166,7 +160,7 @@ class LizardSandbox(BaseSandbox):
                 sandbox,
                 keep_alive=keep_alive,
                 integration=INTEGRATION,
-                integration_version=_version(),
+                integration_version=package_version("langchain-lizard"),
             )
         else:
             creation["template"] = DEFAULT_TEMPLATE if template is None else template
@@ -175,7 +169,7 @@ class LizardSandbox(BaseSandbox):
                 api_url=api_url,
                 project_id=project_id,
                 integration=INTEGRATION,
-                integration_version=_version(),
+                integration_version=package_version("langchain-lizard"),
                 **{name: value for name, value in creation.items() if value is not None},
             )
             self._session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)

@@ -42,10 +42,10 @@ from google.adk.code_executors.code_execution_utils import (
 )
 from pydantic import PrivateAttr
 
+from lizard_core import ExecutionResult, Kernel
 from lizard_core.commands import UNTIMED_EXEC_S
 from lizard_core.exchange import FileExchange, Taken
 from lizard_core.files import SandboxFiles
-from lizard_core.kernel import ExecutionResult, Kernel
 from lizard_core.session import Session
 
 from ._environment import DEFAULT_WORKING_DIR

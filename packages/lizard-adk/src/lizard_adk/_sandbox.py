@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any, Final, TypedDict
 
+from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.session import Session
 
@@ -38,13 +38,6 @@ class SandboxOptions(TypedDict, total=False):
     """Extend the lifetime while in use (default True; one request per half lifetime at most)."""
 
 
-def _version() -> str:
-    try:
-        return metadata.version("lizard-adk")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
-
-
 def check_dir(name: str, value: object) -> str:
     """An absolute POSIX directory for the sandbox, or TypeError/ValueError."""
     if not isinstance(value, str):
@@ -63,6 +56,6 @@ def make_session(options: Mapping[str, Any], **defaults: Any) -> Session:
     sandbox_id, keep_alive = merged.pop("sandbox_id", None), merged.pop("keep_alive", True)
     merged["envs"] = merged.pop("env_vars", None)
     config = SandboxConfig.from_env(
-        **merged, integration=INTEGRATION, integration_version=_version()
+        **merged, integration=INTEGRATION, integration_version=package_version("lizard-adk")
     )
     return Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)

@@ -24,10 +24,10 @@ from google.adk.plugins.base_plugin import BasePlugin
 from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
+from lizard_core import Kernel
 from lizard_core.commands import arun_command
 from lizard_core.errors import CommandTimeoutError
 from lizard_core.files import SandboxFiles
-from lizard_core.kernel import Kernel
 from lizard_core.session import Session
 
 from ._environment import DEFAULT_WORKING_DIR

@@ -9,7 +9,10 @@ from lizard_core.config import LIZARD_CORE_VERSION, SIZES, SandboxConfig, Size
 from lizard_core.errors import (
     CommandTimeoutError,
     CredentialsError,
+    GuestCancelledError,
+    GuestNotStartedError,
     GuestProtocolError,
+    KernelUnavailableError,
     LizardIntegrationError,
     OutputLimitError,
     QuotaError,
@@ -19,6 +22,8 @@ from lizard_core.errors import (
     translated,
 )
 from lizard_core.files import FileStat, SandboxFiles
+from lizard_core.kernel import ExecutionError, ExecutionResult, Kernel, RichResult
+from lizard_core.packages import PackageCheck, missing_requirements, requirements
 from lizard_core.session import RetryPolicy, Session
 
 __version__: str = LIZARD_CORE_VERSION
@@ -30,12 +35,20 @@ __all__ = [
     "CommandResult",
     "CommandTimeoutError",
     "CredentialsError",
+    "ExecutionError",
+    "ExecutionResult",
     "FileStat",
+    "GuestCancelledError",
+    "GuestNotStartedError",
     "GuestProtocolError",
+    "Kernel",
+    "KernelUnavailableError",
     "LizardIntegrationError",
     "OutputLimitError",
+    "PackageCheck",
     "QuotaError",
     "RetryPolicy",
+    "RichResult",
     "SandboxConfig",
     "SandboxFiles",
     "SandboxGoneError",
@@ -44,6 +57,8 @@ __all__ = [
     "TransientError",
     "__version__",
     "arun_command",
+    "missing_requirements",
+    "requirements",
     "run_command",
     "translate",
     "translated",

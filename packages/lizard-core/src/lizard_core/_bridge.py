@@ -16,6 +16,10 @@ Contract:
   once with a message that says so.
 - :func:`wait_done` awaits a :class:`concurrent.futures.Future` that another thread completes,
   without holding a worker thread, and leaves reading the result to the caller.
+- :func:`arun_cancellable` runs a blocking call that takes a :class:`Cancellation` in a thread
+  of its own: a cancelled awaiting task sets the cancellation, waits for the call to end, then
+  lets the cancellation propagate.
+- :func:`loop_callback` lets a worker thread call back into the event loop's thread, in order.
 """
 
 from __future__ import annotations
@@ -25,16 +29,21 @@ import concurrent.futures
 import contextlib
 import functools
 import importlib
+import logging
+import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import anyio
+import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-__all__ = ["run_blocking", "wait_done"]
+__all__ = ["Cancellation", "arun_cancellable", "loop_callback", "run_blocking", "wait_done"]
 
 T = TypeVar("T")
+
+_log = logging.getLogger(__name__)
 
 
 def _current_library() -> str | None:
@@ -156,3 +165,91 @@ async def _wait_done_trio(future: concurrent.futures.Future[Any]) -> None:
 
     future.add_done_callback(on_done)
     await event.wait()
+
+
+class Cancellation:
+    """A cancellation request for a running guest call, settable from any thread."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self._lock = threading.Lock()
+        self._listeners: list[Callable[[], None]] = []
+
+    @property
+    def cancelled(self) -> bool:
+        """True once :meth:`cancel` was called."""
+        return self._event.is_set()
+
+    def cancel(self) -> None:
+        """Request cancellation; listeners run once, in this thread."""
+        with self._lock:
+            if self._event.is_set():
+                return
+            self._event.set()
+            listeners, self._listeners = self._listeners, []
+        for listener in listeners:
+            listener()
+
+    def listen(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` on cancellation (at once if already cancelled)."""
+        with self._lock:
+            if not self._event.is_set():
+                self._listeners.append(listener)
+                return
+        listener()
+
+
+async def arun_cancellable(fn: Callable[[Cancellation], T]) -> T:
+    """Run the blocking ``fn(cancellation)`` in a thread of its own and await its result.
+
+    If the awaiting task is cancelled, ``cancellation`` is set (so a guest call inside ``fn``
+    stops its guest), the task waits until ``fn`` has returned or raised, and then the
+    cancellation propagates. Works under asyncio and trio.
+    """
+    cancellation = Cancellation()
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+    def work() -> None:
+        if not future.set_running_or_notify_cancel():
+            return
+        try:
+            future.set_result(fn(cancellation))
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="lizard-core-call", daemon=True).start()
+    try:
+        await wait_done(future)
+    except BaseException:
+        cancellation.cancel()
+        await _wait_future_uncancellable(future)
+        if not future.cancelled() and future.exception() is not None:
+            _log.debug("cancelled call ended with %r", future.exception())
+        raise
+    return future.result()
+
+
+async def _wait_future_uncancellable(future: concurrent.futures.Future[Any]) -> None:
+    with anyio.CancelScope(shield=True):
+        while not future.done():
+            try:
+                await wait_done(future)
+            except anyio.get_cancelled_exc_class():
+                continue  # a native asyncio cancel: keep waiting; the caller re-raises
+
+
+def loop_callback(callback: Callable[[T], object] | None) -> Callable[[T], None] | None:
+    """Wrap ``callback`` so that a worker thread runs it in the calling event loop's thread.
+
+    Call from async code. The worker waits for each call, so output callbacks stay in order
+    and apply backpressure; once the loop is gone, calls are dropped.
+    """
+    if callback is None:
+        return None
+    token = anyio.lowlevel.current_token()
+
+    def call(value: T) -> None:
+        with contextlib.suppress(anyio.RunFinishedError):
+            anyio.from_thread.run_sync(callback, value, token=token)
+
+    return call

@@ -12,13 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from lizard_core.errors import GuestProtocolError
+from lizard_core.errors import LineTooLongError
 
 __all__ = ["LineTooLongError", "bounded_lines"]
-
-
-class LineTooLongError(GuestProtocolError):
-    """A line passed its bound; the stream was not read further."""
 
 
 def bounded_lines(chunks: Iterable[bytes], max_line: int, *, what: str) -> Iterator[bytes]:

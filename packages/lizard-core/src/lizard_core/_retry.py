@@ -10,16 +10,23 @@ Contract:
   server's ``retry_after``. A ``retry_after`` longer than ``max_retry_after`` is not waited
   for: the error is raised at once, so the caller decides.
 - The last error is raised unchanged after ``attempts`` tries.
+- :func:`attempts` is the one retry loop, for blocking and async callers alike: each
+  :class:`Attempt` swallows an error worth retrying and says how long to wait.
 """
 
 from __future__ import annotations
 
+import logging
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
+from types import TracebackType
 
 from lizard_core.errors import LizardIntegrationError, QuotaError, TransientError
 
-__all__ = ["RetryPolicy"]
+__all__ = ["Attempt", "RetryPolicy", "attempts"]
+
+_log = logging.getLogger("lizard_core.session")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,3 +75,44 @@ class RetryPolicy:
 
 NO_RETRY = RetryPolicy(attempts=1)
 """A policy that never retries."""
+
+
+class Attempt:
+    """One try of a call: ``with attempt:`` around it swallows an error worth retrying.
+
+    After a swallowed error, :attr:`delay` is the wait before the next attempt; any other
+    error (or one past the policy's tries) propagates.
+    """
+
+    def __init__(self, policy: RetryPolicy, number: int, *, idempotent: bool, name: str) -> None:
+        self._policy = policy
+        self._number = number
+        self._idempotent = idempotent
+        self._name = name
+        self.delay = 0.0
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        if not isinstance(exc, LizardIntegrationError) or not self._idempotent:
+            return False
+        delay = self._policy.delay(exc, self._number)
+        if delay is None:
+            return False
+        _log.debug("retrying %s in %.2fs after %s", self._name, delay, type(exc).__name__)
+        self.delay = delay
+        return True
+
+
+def attempts(policy: RetryPolicy, *, idempotent: bool, name: str) -> Iterator[Attempt]:
+    """Endless attempts; the caller returns from one, or the last one's error propagates."""
+    number = 1
+    while True:
+        yield Attempt(policy, number, idempotent=idempotent, name=name)
+        number += 1

@@ -16,6 +16,8 @@ neither believes anything about it before reading. Contract:
 - Every refusal, a missing file, one the platform will not serve (a 400) and a line that is not
   a JSON frame raise :class:`~lizard_core.errors.GuestProtocolError`; a sandbox that is gone raises
   :class:`~lizard_core.errors.SandboxGoneError`.
+- :func:`fetch_file` is the plain read under both: the bytes of a file, or None when there is
+  none (a missing sandbox is told apart by its code or one ``GET`` of the sandbox record).
 """
 
 from __future__ import annotations
@@ -28,16 +30,19 @@ from typing import Any, Final
 import lizard
 
 from lizard_core._lines import bounded_lines
-from lizard_core._transport import ReadAbandonedError, Transport
+from lizard_core._transport import Transport
+from lizard_core._wire import GuestFrame
 from lizard_core.errors import (
     GuestProtocolError,
     LizardIntegrationError,
+    ReadAbandonedError,
+    SandboxGoneError,
     translate,
     translated,
 )
 from lizard_core.session import Session
 
-__all__ = ["HEADERS_TIMEOUT_S", "MAX_LINE", "fetch_bounded", "read_spill"]
+__all__ = ["HEADERS_TIMEOUT_S", "MAX_LINE", "fetch_bounded", "fetch_file", "read_spill"]
 
 HEADERS_TIMEOUT_S: Final = 10.0
 """A spill is a regular file the daemon just wrote; a FIFO put in its place would block for good."""
@@ -112,6 +117,46 @@ def _frame(line: bytes) -> dict[str, Any]:
         frame = json.loads(line)
     except ValueError:
         frame = None
-    if not isinstance(frame, dict) or not isinstance(frame.get("t"), str):
+    if not isinstance(frame, dict) or not isinstance(frame.get(GuestFrame.TYPE), str):
         raise GuestProtocolError("The kernel's spilled output is malformed.")
     return frame
+
+
+def fetch_file(
+    session: Session, sandbox: Any, path: str, *, headers_timeout: float | None = None
+) -> bytes | None:
+    """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
+
+    One ``GET files`` request over the session's pooled connection, retried on transient
+    errors. A 404 that says the sandbox itself is gone (its code, or for a 404 without a code
+    one ``GET`` of the sandbox record) raises :class:`~lizard_core.errors.SandboxGoneError`,
+    not None. ``headers_timeout`` bounds the
+    wait for the response's headers (see :meth:`Transport.read_bytes
+    <lizard_core._transport.Transport.read_bytes>`): past it the request is abandoned and
+    :class:`~lizard_core._transport.ReadAbandonedError` raised, without a retry.
+    """
+    sandbox_id = str(sandbox.sandbox_id)
+    try:
+        data: bytes = session.call(
+            session.transport().read_bytes,
+            sandbox_id,
+            path,
+            headers_timeout=headers_timeout,
+            idempotent=True,
+            passthrough=(lizard.NotFoundError,),
+        )
+    except lizard.NotFoundError as exc:
+        code = getattr(exc, "code", None)
+        if code == "SANDBOX_NOT_FOUND":
+            raise translate(exc, sandbox_id=sandbox_id) from None
+        if code is None:
+            # Without a code the text cannot tell (it may name /workspace/sandbox_notes.txt):
+            # one GET of the sandbox record does. If that fails too, say "no such file".
+            try:
+                session.check_alive()
+            except SandboxGoneError:
+                raise
+            except LizardIntegrationError:
+                pass
+        return None
+    return data

@@ -1,9 +1,10 @@
 """One pooled HTTP connection per session for the hot paths: the streaming exec and files.
 
 lizard-sdk sends every request through a module-level ``httpx`` call, which opens a new
-connection and builds a new SSL context (about 17 ms of CPU) each time. A :class:`Transport`
-holds one ``httpx.Client`` per :class:`~lizard_core.session.Session` instead, so consecutive
-commands and file operations of a session reuse one kept-alive connection. Contract:
+connection and builds a new SSL context each time (``docs/performance.md`` counts them). A
+:class:`Transport` holds one ``httpx.Client`` per :class:`~lizard_core.session.Session`
+instead, so consecutive commands and file operations of a session reuse one kept-alive
+connection. Contract:
 
 - **Only the hot paths.** :meth:`Transport.exec_stream` (the streaming exec of the guest
   protocol), :meth:`Transport.read_bytes` (``GET files``) and :meth:`Transport.write_bytes`
@@ -51,7 +52,7 @@ import httpx
 from lizard.errors import handle_api_error
 
 from lizard_core._lines import bounded_lines
-from lizard_core.errors import SandboxGoneError
+from lizard_core.errors import ReadAbandonedError, SandboxGoneError
 
 __all__ = [
     "FILES_TIMEOUT_S",
@@ -81,14 +82,6 @@ class ExecResult:
     stdout: str
     stderr: str
     exit_code: int
-
-
-class ReadAbandonedError(Exception):
-    """A guarded ``GET files`` was abandoned before its body was read.
-
-    Either no response headers came within its ``headers_timeout``, or the body had no length
-    (a device could stream it without end).
-    """
 
 
 class Transport:
@@ -203,30 +196,8 @@ class Transport:
         server) and raise :class:`ReadAbandonedError`, and so does a successful answer without a
         ``Content-Length``: a device such as ``/dev/zero`` could stream it without end.
         """
-        client = self._get_client()
-        request = client.build_request(
-            "GET",
-            self._url(sandbox_id, "files"),
-            headers=self._headers,
-            params={"path": path},
-            timeout=FILES_TIMEOUT_S
-            if headers_timeout is None
-            else httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
-        )
+        res = self._open_files(sandbox_id, path, headers_timeout)
         try:
-            res = client.send(request, stream=True)
-        except httpx.ReadTimeout:
-            if headers_timeout is None:
-                raise
-            raise ReadAbandonedError(
-                f"No response headers within {headers_timeout:g} s; the request was abandoned."
-            ) from None
-        try:
-            # httpcore reads this limit anew when the body starts: 60 s for it, not the guard.
-            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
-            if not res.is_success:
-                res.read()
-                handle_api_error(res.status_code, res.text)
             if headers_timeout is not None and "content-length" not in res.headers:
                 raise ReadAbandonedError("The file came without a length; it was not read.")
             buffer = io.BytesIO()
@@ -254,25 +225,8 @@ class Transport:
         before a byte of the body is read, and no buffer is ever sized from the header. Read
         the body with :meth:`iter_bounded`, which holds the same limit should the body run on.
         """
-        client = self._get_client()
-        request = client.build_request(
-            "GET",
-            self._url(sandbox_id, "files"),
-            headers=self._headers,
-            params={"path": path},
-            timeout=httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
-        )
+        res = self._open_files(sandbox_id, path, headers_timeout)
         try:
-            res = client.send(request, stream=True)
-        except httpx.ReadTimeout:
-            raise ReadAbandonedError(
-                f"No response headers within {headers_timeout:g} s; the request was abandoned."
-            ) from None
-        try:
-            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
-            if not res.is_success:
-                res.read()
-                handle_api_error(res.status_code, res.text)
             length = res.headers.get("content-length", "")
             if not length.isdigit():
                 raise ReadAbandonedError("The file came without a length; it was not read.")
@@ -281,6 +235,43 @@ class Transport:
                     f"The file is {int(length):,} bytes, over the {max_bytes:,} bytes this read "
                     "allows; it was not read."
                 )
+        except BaseException:
+            res.close()
+            raise
+        return res
+
+    def _open_files(
+        self, sandbox_id: str, path: str, headers_timeout: float | None
+    ) -> httpx.Response:
+        """Send ``GET files`` and return its streaming response once it answered with success.
+
+        With ``headers_timeout``, headers late past it abandon the request
+        (:class:`ReadAbandonedError`); the body is then read under the SDK's 60 s limit again.
+        """
+        client = self._get_client()
+        request = client.build_request(
+            "GET",
+            self._url(sandbox_id, "files"),
+            headers=self._headers,
+            params={"path": path},
+            timeout=FILES_TIMEOUT_S
+            if headers_timeout is None
+            else httpx.Timeout(FILES_TIMEOUT_S, read=headers_timeout),
+        )
+        try:
+            res = client.send(request, stream=True)
+        except httpx.ReadTimeout:
+            if headers_timeout is None:
+                raise
+            raise ReadAbandonedError(
+                f"No response headers within {headers_timeout:g} s; the request was abandoned."
+            ) from None
+        try:
+            # httpcore reads this limit anew when the body starts: 60 s for it, not the guard.
+            res.request.extensions["timeout"]["read"] = FILES_TIMEOUT_S
+            if not res.is_success:
+                res.read()
+                handle_api_error(res.status_code, res.text)
         except BaseException:
             res.close()
             raise

@@ -37,14 +37,12 @@ Contract (proven against lizard-local in ``tests/test_commands.py``):
 - **Output limit.** Each stream keeps at most ``output_limit`` bytes; passing it kills the
   command's process group and raises :class:`~lizard_core.errors.OutputLimitError` with the
   bytes kept. Output is never cut silently.
-- **Cost.** One request when the output fits :data:`STREAM_BUDGET` and the input is at most
+- **Cost.** One request when the output fits the agent's stream budget and the input is at most
   :data:`INPUT_INLINE` bytes (it travels in the exec's argv). Larger input is uploaded first
   with one ``POST files`` per :data:`~lizard_core.files.CHUNK_SIZE` piece into a job directory
   that the guest empties as it feeds the command. Output travels deflated
-  (one zlib stream per output stream, flushed at every read so it stays live), so the budget
-  holds about 330 KiB of incompressible output and more of text: about 1.2 MiB of source code,
-  3 MiB or more of logs and listings (measured: ``ls -lR`` output 7.7x smaller on the wire,
-  pytest logs 7.8x, Python source 2.7x). Past it the guest spills the rest of
+  (one zlib stream per output stream, flushed at every read so it stays live; what the budget
+  holds is in ``docs/architecture.md``). Past it the guest spills the rest of
   each stream to a job file, fetched with one ``GET files`` per spilled stream; the job
   directory is removed by the next guest request on the sandbox, so cleanup costs no request
   of its own.
@@ -69,7 +67,6 @@ import errno
 import json
 import math
 import os
-import posixpath
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -78,6 +75,8 @@ from typing import Any, Final
 from lizard_core._guest import program
 from lizard_core._spill import fetch_bounded
 from lizard_core._staging import stage_body
+from lizard_core._wire import AGENT_STREAM_BUDGET, AgentEnd, AgentFrame, GuestFrame
+from lizard_core.checks import check_absolute_path, check_env, check_seconds
 from lizard_core.errors import CommandTimeoutError, GuestProtocolError, OutputLimitError
 from lizard_core.guest import (
     Cancellation,
@@ -107,13 +106,8 @@ __all__ = [
 
 DEFAULT_OUTPUT_LIMIT: Final = 10 * 1024 * 1024
 """Bytes kept per stream before :class:`~lizard_core.errors.OutputLimitError`."""
-STREAM_BUDGET: Final = 448 * 1024
-"""Bytes of frames (both streams' output, deflated and base64-encoded) a command may send inside
-the exec stream; the rest is spilled to files.
-
-The platform caps each exec stream at 512 KiB; the rest of the cap is left for the guest's
-other frames (its end frame, and the heartbeats of a long silent command).
-"""
+STREAM_BUDGET: Final = AGENT_STREAM_BUDGET
+"""The command agent's inline budget (:data:`lizard_core._wire.AGENT_STREAM_BUDGET`)."""
 DEADLINE_MARGIN_S: Final = 15.0
 """How long after ``timeout`` the host waits for the guest's answer before giving up."""
 UNTIMED_EXEC_S: Final = 3600.0
@@ -203,29 +197,14 @@ def _validate(
     if any("\0" in arg for arg in argv):
         raise ValueError("the command must not contain NUL characters")
     if cwd is not None:
-        if not isinstance(cwd, str):
-            raise TypeError("cwd must be a str or None")
-        if not posixpath.isabs(cwd) or "\0" in cwd:
-            raise ValueError("cwd must be an absolute path without NUL")
+        check_absolute_path(cwd, name="cwd")
     if type(create_cwd) is not bool:
         raise TypeError("create_cwd must be a bool")
     if create_cwd and cwd is None:
         raise ValueError("create_cwd=True needs a cwd to create")
-    env_dict: dict[str, str] = {}
-    if env is not None:
-        if not isinstance(env, Mapping):
-            raise TypeError("env must be a mapping of str to str")
-        for key, value in env.items():
-            if not isinstance(key, str) or not isinstance(value, str):
-                raise TypeError("env keys and values must be str")
-            if not key or "=" in key or "\0" in key or "\0" in value:
-                raise ValueError(f"invalid environment variable {key!r}")
-            env_dict[key] = value
+    env_dict = check_env(env)
     if timeout is not None:
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-            raise TypeError("timeout must be a number of seconds or None")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise ValueError("timeout must be positive and finite, or None")
+        timeout = check_seconds(timeout)
     if isinstance(output_limit, bool) or not isinstance(output_limit, int):
         raise TypeError("output_limit must be an int")
     if output_limit <= 0:
@@ -277,20 +256,24 @@ def _execute(
     inflaters = {1: zlib.decompressobj(), 2: zlib.decompressobj()}
 
     def on_frame(frame: Frame) -> None:
-        kind = frame["t"]
-        if kind not in ("o", "z"):
+        kind = frame[GuestFrame.TYPE]
+        if kind not in (AgentFrame.OUTPUT, AgentFrame.OUTPUT_ZLIB):
             return
         # The command can write to the agent's stdout too: frames are checked, not trusted.
-        index = frame.get("s")
-        if index not in (1, 2) or isinstance(index, bool) or not isinstance(frame.get("d"), str):
+        index = frame.get(AgentFrame.STREAM)
+        if (
+            index not in (1, 2)
+            or isinstance(index, bool)
+            or not isinstance(frame.get(AgentFrame.DATA), str)
+        ):
             raise GuestProtocolError(f"The command agent sent a malformed {kind!r} frame.")
         try:
-            data = base64.b64decode(frame["d"], validate=True)
+            data = base64.b64decode(frame[AgentFrame.DATA], validate=True)
         except ValueError:
             raise GuestProtocolError("The command's output arrived damaged.") from None
-        if kind == "o" and len(streams[index]) + len(data) > spec.output_limit:
+        if kind == AgentFrame.OUTPUT and len(streams[index]) + len(data) > spec.output_limit:
             raise GuestProtocolError("The command's output passed its limit on the way.")
-        if kind == "z":
+        if kind == AgentFrame.OUTPUT_ZLIB:
             # At most what the limit lets the guest send, plus one byte to notice more.
             room = spec.output_limit - len(streams[index]) + 1
             inflater = inflaters[index]
@@ -313,7 +296,7 @@ def _execute(
         "env": spec.env,
         "timeout": spec.timeout,
         "limit": spec.output_limit,
-        "wire": STREAM_BUDGET,
+        "wire": AGENT_STREAM_BUDGET,
     }
     if spec.user is not None:
         request["user"] = spec.user
@@ -348,8 +331,8 @@ def _execute(
         if input_job is not None:
             # Whatever the command did not read is removed by the next request.
             schedule_cleanup(sandbox, input_job)
-    sp = final.get("sp") or [None, None]
-    rc = final.get("rc")
+    sp = final.get(AgentEnd.SPILL) or [None, None]
+    rc = final.get(AgentEnd.EXIT_CODE)
     if (
         not isinstance(sp, list)
         or len(sp) != 2
@@ -375,20 +358,20 @@ def _execute(
         for job in {path.rsplit("/", 1)[0] for path in spilled}:
             schedule_cleanup(sandbox, job)
     stdout, stderr = bytes(streams[1]), bytes(streams[2])
-    expected = final.get("n")
+    expected = final.get(AgentEnd.COUNT)
     if expected != [len(stdout), len(stderr)]:
         raise GuestProtocolError(
             f"The command's output is incomplete: the guest counted {expected} bytes, "
             f"the host received {[len(stdout), len(stderr)]}."
         )
-    if final.get("to"):
+    if final.get(AgentEnd.TIMED_OUT):
         raise CommandTimeoutError(
             f"The command timed out after {spec.timeout:g} s and was killed.",
             stdout=stdout,
             stderr=stderr,
             timeout=spec.timeout,
         )
-    if final.get("ol"):
+    if final.get(AgentEnd.OUTPUT_LIMITED):
         raise OutputLimitError(
             f"The command's output passed {spec.output_limit} bytes on one stream; "
             "it was killed and its output is incomplete.",
@@ -396,8 +379,8 @@ def _execute(
             stderr=stderr,
             limit=spec.output_limit,
         )
-    cwd = final.get("cwd")
-    start_errno = final.get("se")
+    cwd = final.get(AgentEnd.CWD)
+    start_errno = final.get(AgentEnd.START_ERRNO)
     return CommandResult(
         exit_code=rc,
         stdout=stdout,

@@ -37,11 +37,11 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata as _metadata
 from typing import Any, Final, Literal, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from lizard_core._redact import Secret, register_secret
+from lizard_core.checks import check_str_map, package_version
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -106,14 +106,7 @@ _NO_PROJECT: Final = (
 _KEY_SUBSTRING_MIN: Final = 8
 
 
-def _package_version() -> str:
-    try:
-        return _metadata.version("lizard-core")
-    except _metadata.PackageNotFoundError:  # running from a source tree that is not installed
-        return "0+unknown"
-
-
-LIZARD_CORE_VERSION: Final = _package_version()
+LIZARD_CORE_VERSION: Final = package_version("lizard-core")
 """The installed version of lizard-core: the default ``integration_version``."""
 
 
@@ -186,25 +179,7 @@ def _check_api_url(value: object, source: str) -> str:
 
 
 def _check_str_map(name: str, value: object, *, env_names: bool) -> _FrozenMap:
-    if value is None:
-        return _FrozenMap()
-    if not isinstance(value, Mapping):
-        raise TypeError(f"{name} must be a mapping of str to str, not {type(value).__name__}")
-    items = cast(Mapping[object, object], value)
-    checked: dict[str, str] = {}
-    for key, item in items.items():
-        if not isinstance(key, str):
-            raise TypeError(f"{name} keys must be str, not {type(key).__name__}")
-        if not isinstance(item, str):
-            raise TypeError(f"{name}[{key!r}] must be a str, not {type(item).__name__}")
-        if not key:
-            raise ValueError(f"{name} keys must not be empty")
-        if "\0" in key or "\0" in item:
-            raise ValueError(f"{name} keys and values must not contain NUL")
-        if env_names and "=" in key:
-            raise ValueError(f"{name} names must not contain '=': {key!r}")
-        checked[key] = item
-    return _FrozenMap(checked)
+    return _FrozenMap(check_str_map(value, name=name, env_names=env_names))
 
 
 def _check_allowed_hosts(value: object) -> tuple[str, ...] | None:

@@ -1,5 +1,23 @@
 """One exception hierarchy for every Lizard integration, and the one place that builds it.
 
+Every exception class lizard_core defines is defined here::
+
+    LizardIntegrationError          any failure about the sandbox or the Lizard API
+    ├── SandboxGoneError            the sandbox no longer exists (404, expired, killed)
+    ├── CredentialsError            the API key was rejected (401) or refused this action (403)
+    ├── QuotaError                  payment required (402) or a limit reached (429)
+    ├── TransientError              5xx, 408/504, timeouts, dropped connections; may pass
+    ├── CommandTimeoutError         a command outlived its timeout
+    ├── OutputLimitError            a command's output passed its limit
+    ├── GuestProtocolError          the guest program's framed answer was missing or malformed
+    │   ├── GuestNotStartedError    the exec ended before the guest said a word; nothing ran
+    │   └── LineTooLongError        a line from the guest passed its bound
+    ├── GuestCancelledError         a guest call was cancelled and the guest stopped
+    └── KernelUnavailableError      the kernel could not be started or reached; no cell ran
+
+    ReadAbandonedError              internal signal of the file transport (a plain ``Exception``,
+                                    never raised to callers)
+
 Contract:
 
 - Everything lizard_core raises about the sandbox or the API is a
@@ -52,7 +70,11 @@ __all__ = [
     "MALFORMED_ANSWER",
     "CommandTimeoutError",
     "CredentialsError",
+    "GuestCancelledError",
+    "GuestNotStartedError",
     "GuestProtocolError",
+    "KernelUnavailableError",
+    "LineTooLongError",
     "LizardIntegrationError",
     "OutputLimitError",
     "QuotaError",
@@ -209,6 +231,31 @@ class GuestProtocolError(LizardIntegrationError):
     """The guest program's answer was missing, cut short or malformed.
 
     Raised instead of returning a result that cannot be proven complete.
+    """
+
+
+class GuestNotStartedError(GuestProtocolError):
+    """The exec ended before the guest program said a word: nothing of the request ran."""
+
+
+class LineTooLongError(GuestProtocolError):
+    """A line passed its bound; the stream was not read further."""
+
+
+class GuestCancelledError(LizardIntegrationError):
+    """A guest call was cancelled through its ``Cancellation``; the guest was stopped."""
+
+
+class KernelUnavailableError(LizardIntegrationError):
+    """The kernel could not be started or reached in the sandbox (nothing of the cell ran)."""
+
+
+class ReadAbandonedError(Exception):
+    """A guarded ``GET files`` was abandoned before its body was read.
+
+    Either no response headers came within its ``headers_timeout``, or the body had no length
+    (a device could stream it without end). Internal: the file transport's callers turn it into
+    their own fallback or error.
     """
 
 

@@ -73,6 +73,8 @@ from typing import Any, Final, TypeVar
 from lizard_core._bridge import run_blocking
 from lizard_core._spill import fetch_bounded
 from lizard_core._transport import ReadAbandonedError
+from lizard_core._wire import AgentEnd, AgentFrame, GuestFrame
+from lizard_core.checks import check_absolute_path
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
 from lizard_core.guest import (
     JOBS_ROOT,
@@ -163,11 +165,7 @@ class FileStat:
 
 
 def _check_path(path: object) -> str:
-    if not isinstance(path, str):
-        raise TypeError(f"path must be a str, not {type(path).__name__}")
-    if not posixpath.isabs(path) or "\0" in path:
-        raise ValueError(f"path must be absolute and without NUL: {path!r}")
-    return path
+    return check_absolute_path(path)
 
 
 def _http_safe(path: str) -> bool:
@@ -201,10 +199,10 @@ def _data_frames(frames: list[bytes]) -> Callable[[Frame], None]:
         # Another process in the sandbox can write to the agent's stdout: checked, and bounded
         # by what one inline read may send.
         nonlocal received
-        if frame["t"] != "d":
+        if frame[GuestFrame.TYPE] != AgentFrame.FILE_DATA:
             return
         try:
-            piece = base64.b64decode(frame.get("d"), validate=True)  # type: ignore[arg-type]
+            piece = base64.b64decode(frame.get(AgentFrame.DATA), validate=True)  # type: ignore[arg-type]
         except (TypeError, ValueError):
             raise GuestProtocolError("The file agent sent a malformed data frame.") from None
         received += len(piece)
@@ -269,19 +267,19 @@ class SandboxFiles:
 
     def _stat(self, sandbox: Any, path: str) -> FileStat:
         final = self._op(sandbox, {"op": "stat", "path": path})
-        return FileStat._from_row(path.rstrip("/") or "/", final["e"])
+        return FileStat._from_row(path.rstrip("/") or "/", final[AgentEnd.ENTRY])
 
     def _list_dir(self, sandbox: Any, path: str) -> list[FileStat]:
         rows: list[Any] = []
 
         def on_frame(frame: Frame) -> None:
-            if frame["t"] == "e":
-                rows.extend(frame["e"])
+            if frame[GuestFrame.TYPE] == AgentFrame.ENTRIES:
+                rows.extend(frame[AgentFrame.ENTRIES])
 
         final = self._op(
             sandbox, {"op": "list", "path": path, "budget": LIST_BUDGET}, on_frame=on_frame
         )
-        spilled = final.get("sp")
+        spilled = final.get(AgentEnd.SPILL)
         if spilled:
             spilled = _job_file(spilled)
             try:
@@ -291,9 +289,10 @@ class SandboxFiles:
             finally:
                 schedule_cleanup(sandbox, posixpath.dirname(spilled))
             rows.extend(json.loads(line) for line in text.splitlines() if line)
-        if len(rows) != final["n"]:
+        if len(rows) != final[AgentEnd.COUNT]:
             raise GuestProtocolError(
-                f"The listing of {path} is incomplete: {len(rows)} of {final['n']} entries."
+                f"The listing of {path} is incomplete: "
+                f"{len(rows)} of {final[AgentEnd.COUNT]} entries."
             )
         base = path.rstrip("/") or "/"
         rows.sort(key=lambda row: row[0])
@@ -331,25 +330,27 @@ class SandboxFiles:
             "copy": not _http_safe(path),
         }
         final = self._op(sandbox, request, on_frame=_data_frames(frames))
-        if "n" in final:
+        if AgentEnd.COUNT in final:
             data = b"".join(frames)
-            if final.get("z"):
+            if final.get(AgentEnd.ZLIB):
                 inflater = zlib.decompressobj()
                 data = inflater.decompress(data, READ_COMPRESSED + 1)  # a bomb stops here
                 if inflater.unconsumed_tail or len(data) > READ_COMPRESSED:
                     raise GuestProtocolError(f"The compressed read of {path} is too large.")
-            if len(data) != final["n"]:
-                raise GuestProtocolError(f"Read {len(data)} of {final['n']} bytes of {path}.")
+            if len(data) != final[AgentEnd.COUNT]:
+                raise GuestProtocolError(
+                    f"Read {len(data)} of {final[AgentEnd.COUNT]} bytes of {path}."
+                )
             yield data
             return
-        part = final.get("part")
+        part = final.get(AgentEnd.PART)
         if part is None:
             # Checked by the guest to be a regular file, so the files endpoint cannot block.
             yield self._get(sandbox, path)
             return
         job = posixpath.dirname(_job_file(part[0]))
         try:
-            size, offset = final["size"], 0
+            size, offset = final[AgentEnd.SIZE], 0
             while True:
                 chunk = self._get(sandbox, part[0], ours=True)
                 if len(chunk) != part[1] or not chunk:
@@ -366,10 +367,10 @@ class SandboxFiles:
                     "path": path,
                     "off": offset,
                     "len": CHUNK_SIZE,
-                    "id": final["id"],
+                    "id": final[AgentEnd.IDENTITY],
                     "job": job,
                 }
-                part = self._op(sandbox, request)["part"]
+                part = self._op(sandbox, request)[AgentEnd.PART]
         finally:
             schedule_cleanup(sandbox, job)
 
@@ -419,12 +420,14 @@ class SandboxFiles:
 
     @staticmethod
     def _check_written(path: str, final: Frame, expected: int) -> None:
-        if final.get("n") != expected:
-            raise GuestProtocolError(f"Wrote {final.get('n')} of {expected} bytes to {path}.")
+        if final.get(AgentEnd.COUNT) != expected:
+            raise GuestProtocolError(
+                f"Wrote {final.get(AgentEnd.COUNT)} of {expected} bytes to {path}."
+            )
 
     def _remove(self, sandbox: Any, path: str) -> None:
         final = self._op(sandbox, {"op": "remove", "path": path, "protect": list(self._protected)})
-        refused = final.get("refused")
+        refused = final.get(AgentEnd.REFUSED)
         if refused is not None:
             raise ValueError(
                 f"Refusing to remove {path}: it resolves to {refused}, which is / or holds "
@@ -483,12 +486,16 @@ class SandboxFiles:
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists, following symlinks."""
         path = _check_path(path)
-        return bool(self._op(self._session.sandbox(), {"op": "exists", "path": path})["v"])
+        return bool(
+            self._op(self._session.sandbox(), {"op": "exists", "path": path})[AgentEnd.VALUE]
+        )
 
     def realpath(self, path: str) -> str:
         """``path`` with symlinks resolved in the sandbox, like ``os.path.realpath``."""
         path = _check_path(path)
-        return str(self._op(self._session.sandbox(), {"op": "realpath", "path": path})["v"])
+        return str(
+            self._op(self._session.sandbox(), {"op": "realpath", "path": path})[AgentEnd.VALUE]
+        )
 
     # ── async API ────────────────────────────────────────────────────────
 
@@ -544,7 +551,7 @@ class SandboxFiles:
         final = await self._arun(
             lambda sandbox, p: self._op(sandbox, {"op": "exists", "path": p}), path
         )
-        return bool(final["v"])
+        return bool(final[AgentEnd.VALUE])
 
     async def arealpath(self, path: str) -> str:
         """Async :meth:`realpath`."""
@@ -552,7 +559,7 @@ class SandboxFiles:
         final = await self._arun(
             lambda sandbox, p: self._op(sandbox, {"op": "realpath", "path": p}), path
         )
-        return str(final["v"])
+        return str(final[AgentEnd.VALUE])
 
 
 def _rechunk(pieces: Iterable[bytes]) -> Iterator[bytes]:

@@ -71,33 +71,38 @@ idle) opens one.
 from __future__ import annotations
 
 import base64
-import concurrent.futures
 import contextlib
 import functools
 import json
 import logging
-import posixpath
 import queue
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, TypeGuard, TypeVar
+from typing import Any, Final, TypeVar
 
-import anyio
-import anyio.from_thread
-import anyio.lowlevel
-import lizard
-
-from lizard_core._bridge import wait_done
+from lizard_core._bridge import Cancellation, arun_cancellable, loop_callback
 from lizard_core._guest import program
+from lizard_core._guest_lines import LineReader, is_pid
+from lizard_core._jobs import (
+    JOBS_ROOT,
+    forget_cleanup,
+    is_job_file,
+    return_cleanup,
+    schedule_cleanup,
+    take_cleanup,
+)
 from lizard_core._lines import LineTooLongError
+from lizard_core._spill import fetch_file
+from lizard_core._wire import AgentEnd, AgentFrame, GuestFrame
 from lizard_core.errors import (
+    GuestCancelledError,
+    GuestNotStartedError,
     GuestProtocolError,
     LizardIntegrationError,
     SandboxGoneError,
     TransientError,
-    translate,
     translated,
 )
 from lizard_core.session import Session, confirm_alive
@@ -130,8 +135,6 @@ _log = logging.getLogger(__name__)
 
 PYTHON: Final = ("python3", "-I", "-S", "-c")
 """How a guest program starts: isolated from the sandbox's PYTHON* variables, without site."""
-JOBS_ROOT: Final = "/tmp/.lizard-core"
-"""Job directories (spilled output, file chunks) live here, one per call, named by call id."""
 HEARTBEAT_S: Final = 2.5
 """A silent guest sends a heartbeat frame this often."""
 STALL_S: Final = 15.0
@@ -144,93 +147,12 @@ SIGNAL_TIMEOUT_S: Final = 10.0
 """Deadline for the second exec that signals a guest."""
 ARG_PART: Final = 96 * 1024
 """Base64 characters per argv item (a multiple of 4; the kernel allows 128 KiB per argument)."""
-_LINE_MAX: Final = 1024 * 1024
 _STDERR_TAIL: Final = 20
 _MAX_NOISE: Final = 8
 _MAX_GROUPS: Final = 64
 
 _SIGTERM: Final = 15
 _SIGKILL: Final = 9
-
-
-class GuestNotStartedError(GuestProtocolError):
-    """The exec ended before the guest program said a word: nothing of the request ran."""
-
-
-class GuestCancelledError(LizardIntegrationError):
-    """:func:`run_guest` was cancelled through its :class:`Cancellation`; the guest was stopped."""
-
-
-class Cancellation:
-    """A cancellation request for a running guest call, settable from any thread."""
-
-    def __init__(self) -> None:
-        self._event = threading.Event()
-        self._lock = threading.Lock()
-        self._listeners: list[Callable[[], None]] = []
-
-    @property
-    def cancelled(self) -> bool:
-        """True once :meth:`cancel` was called."""
-        return self._event.is_set()
-
-    def cancel(self) -> None:
-        """Request cancellation; listeners run once, in this thread."""
-        with self._lock:
-            if self._event.is_set():
-                return
-            self._event.set()
-            listeners, self._listeners = self._listeners, []
-        for listener in listeners:
-            listener()
-
-    def listen(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` on cancellation (at once if already cancelled)."""
-        with self._lock:
-            if not self._event.is_set():
-                self._listeners.append(listener)
-                return
-        listener()
-
-
-# ── cleanup piggybacked on the next request ───────────────────────────────
-
-_cleanup_lock = threading.Lock()
-_cleanup: dict[str, set[str]] = {}
-
-
-def schedule_cleanup(sandbox: Any, job_dir: str) -> None:
-    """Have the next guest call on ``sandbox`` remove ``job_dir`` (a directory in JOBS_ROOT)."""
-    if job_dir.rsplit("/", 1)[0] != JOBS_ROOT:
-        raise ValueError(f"not a job directory: {job_dir!r}")
-    with _cleanup_lock:
-        _cleanup.setdefault(str(sandbox.sandbox_id), set()).add(job_dir)
-
-
-def is_job_file(path: object) -> TypeGuard[str]:
-    """True for a file directly in a job directory, the only files a guest may name to fetch."""
-    return (
-        isinstance(path, str)
-        and posixpath.normpath(path) == path
-        and posixpath.dirname(posixpath.dirname(path)) == JOBS_ROOT
-    )
-
-
-def _take_cleanup(sandbox_id: str) -> list[str]:
-    with _cleanup_lock:
-        return sorted(_cleanup.pop(sandbox_id, ()))
-
-
-def _return_cleanup(sandbox_id: str, paths: list[str]) -> None:
-    if paths:
-        with _cleanup_lock:
-            _cleanup.setdefault(sandbox_id, set()).update(paths)
-
-
-def _forget_cleanup(sandbox_id: str) -> None:
-    """Drop what was scheduled for a sandbox that is gone: no request will ever carry it."""
-    with _cleanup_lock:
-        _cleanup.pop(sandbox_id, None)
 
 
 # ── encoding ─────────────────────────────────────────────────────────────
@@ -245,60 +167,6 @@ def encode_args(data: bytes, part: int = ARG_PART) -> list[str]:
 def _request_args(request: Mapping[str, Any]) -> list[str]:
     text = base64.b64encode(json.dumps(request, separators=(",", ":")).encode()).decode("ascii")
     return [text[i : i + ARG_PART] for i in range(0, len(text), ARG_PART)] or [""]
-
-
-class _LineReader:
-    """Turn stdout lines into frames, joining pieces of a line the platform split."""
-
-    def __init__(self, deliver: Callable[[str, Any], None]) -> None:
-        self._deliver = deliver
-        self._pending = ""
-
-    def feed(self, line: str) -> None:
-        if self._pending:
-            joined = self._pending + line
-            frame = _parse(joined)
-            if frame is not None:
-                self._pending = ""
-                self._deliver("frame", frame)
-                return
-            frame = _parse(line)
-            if frame is not None:
-                self._deliver("noise", self._pending)
-                self._pending = ""
-                self._deliver("frame", frame)
-                return
-            if len(joined) > _LINE_MAX:
-                self._deliver("noise", joined)
-                joined = ""
-            self._pending = joined
-            return
-        frame = _parse(line)
-        if frame is None:
-            self._pending = line
-        else:
-            self._deliver("frame", frame)
-
-    def close(self) -> None:
-        if self._pending:
-            self._deliver("noise", self._pending)
-            self._pending = ""
-
-
-def _is_pid(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool) and 0 < value < 1 << 31
-
-
-def _parse(line: str) -> Frame | None:
-    if not line.startswith("{"):
-        return None
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    if isinstance(value, dict) and isinstance(value.get("t"), str):
-        return value
-    return None
 
 
 # ── the call ─────────────────────────────────────────────────────────────
@@ -329,11 +197,11 @@ class _GuestCall:
         self.may_signal = may_signal
         self.sandbox_id = str(sandbox.sandbox_id)
         self.call_id = uuid.uuid4().hex[:16]
-        self.cleanup = _take_cleanup(self.sandbox_id)
+        self.cleanup = take_cleanup(self.sandbox_id)
         body = dict(request)
-        body.setdefault("hb", HEARTBEAT_S)
+        body.setdefault(GuestFrame.HEARTBEAT_EVERY, HEARTBEAT_S)
         if self.cleanup:
-            body["rm"] = self.cleanup
+            body[GuestFrame.CLEANUP] = self.cleanup
         parts = _request_args(body)
         self.argv = [*PYTHON, program_text, self.call_id, str(len(parts)), *parts, *data_args]
         self.on_frame = on_frame
@@ -362,7 +230,7 @@ class _GuestCall:
 
     # runs in the stream thread
     def _stream(self) -> None:
-        reader = _LineReader(lambda kind, value: self.events.put((kind, value)))
+        reader = LineReader(lambda kind, value: self.events.put((kind, value)))
         try:
             with translated(sandbox_id=self.sandbox_id):
                 # With a session, its pooled connection; without one, the SDK's own call.
@@ -422,7 +290,7 @@ class _GuestCall:
             if not self.finished:
                 self._stop(graceful=True)
             if self.guest_pid is None and not self.frames_seen:
-                _return_cleanup(self.sandbox_id, self.cleanup)
+                return_cleanup(self.sandbox_id, self.cleanup)
             raise
 
     def _raise_if_gone(self, error: BaseException) -> None:
@@ -438,7 +306,7 @@ class _GuestCall:
             else:
                 confirm_alive(self.sandbox)
         except SandboxGoneError as gone:
-            _forget_cleanup(self.sandbox_id)
+            forget_cleanup(self.sandbox_id)
             raise gone from error
         except LizardIntegrationError as check:
             _log.debug("could not check sandbox %s after %r: %r", self.sandbox_id, error, check)
@@ -509,17 +377,17 @@ class _GuestCall:
 
     def _frame(self, frame: Frame) -> None:
         self.frames_seen += 1
-        kind = frame["t"]
-        if kind == "hb":
+        kind = frame[GuestFrame.TYPE]
+        if kind == GuestFrame.HEARTBEAT:
             return
-        if kind == "pid":
-            pid = frame.get("pid")
-            if self.guest_pid is None and _is_pid(pid):
+        if kind == GuestFrame.PID:
+            pid = frame.get(GuestFrame.PID)
+            if self.guest_pid is None and is_pid(pid):
                 self.guest_pid = pid
             else:
                 self._noise("a malformed or second pid frame")
             return
-        if kind == "end":
+        if kind == GuestFrame.END:
             if self.final is None:
                 self.final = frame
             else:
@@ -528,8 +396,8 @@ class _GuestCall:
         if self.final is not None:
             self._noise(f"a {kind[:16]!r} frame after the end frame")
             return
-        pg = frame.get("pg")
-        if _is_pid(pg) and len(self.groups) < _MAX_GROUPS:
+        pg = frame.get(AgentFrame.PROCESS_GROUP)
+        if is_pid(pg) and len(self.groups) < _MAX_GROUPS:
             self.groups.add(pg)
         if self.on_frame is not None:
             self.on_frame(frame)
@@ -619,10 +487,14 @@ class _GuestCall:
             except queue.Empty:
                 return True
             if kind == "frame":
-                if value.get("t") == "pid" and self.guest_pid is None and _is_pid(value.get("pid")):
-                    self.guest_pid = value["pid"]
-                elif _is_pid(value.get("pg")) and len(self.groups) < _MAX_GROUPS:
-                    self.groups.add(value["pg"])
+                if (
+                    value.get(GuestFrame.TYPE) == GuestFrame.PID
+                    and self.guest_pid is None
+                    and is_pid(value.get(GuestFrame.PID))
+                ):
+                    self.guest_pid = value[GuestFrame.PID]
+                elif is_pid(value.get(AgentFrame.PROCESS_GROUP)) and len(self.groups) < _MAX_GROUPS:
+                    self.groups.add(value[AgentFrame.PROCESS_GROUP])
                 self.frames_seen += 1
             elif kind == "exec_pid":
                 self.exec_pid = int(value)
@@ -638,7 +510,7 @@ class _GuestCall:
             "sig": signum,
         }
         if signum == _SIGKILL:
-            request["pg"] = sorted(self.groups)
+            request[AgentFrame.PROCESS_GROUP] = sorted(self.groups)
         _GuestCall(
             self.sandbox,
             program("agent"),
@@ -702,7 +574,7 @@ def check_outcome(final: Frame) -> Frame:
     ``err`` becomes the builtin ``OSError`` subclass for its errno (``OSError(errno, ...)``
     picks it: FileNotFoundError, IsADirectoryError, ...); ``bug`` a GuestProtocolError.
     """
-    err = final.get("err")
+    err = final.get(AgentEnd.ERRNO)
     if err is not None:
         if not (
             isinstance(err, list)
@@ -713,106 +585,7 @@ def check_outcome(final: Frame) -> Frame:
             raise GuestProtocolError("The guest program sent a malformed error.")
         number, message, filename = err
         raise OSError(number, message, filename)
-    bug = final.get("bug")
+    bug = final.get(AgentEnd.BUG)
     if bug is not None:
         raise GuestProtocolError(f"The guest program failed: {str(bug)[:2000]}")
     return final
-
-
-def fetch_file(
-    session: Session, sandbox: Any, path: str, *, headers_timeout: float | None = None
-) -> bytes | None:
-    """The raw bytes of ``path`` through the files endpoint, or None if there is no such file.
-
-    One ``GET files`` request over the session's pooled connection, retried on transient
-    errors. A 404 that says the sandbox itself is gone (its code, or for a 404 without a code
-    one ``GET`` of the sandbox record) raises :class:`~lizard_core.errors.SandboxGoneError`,
-    not None. ``headers_timeout`` bounds the
-    wait for the response's headers (see :meth:`Transport.read_bytes
-    <lizard_core._transport.Transport.read_bytes>`): past it the request is abandoned and
-    :class:`~lizard_core._transport.ReadAbandonedError` raised, without a retry.
-    """
-    sandbox_id = str(sandbox.sandbox_id)
-    try:
-        data: bytes = session.call(
-            session.transport().read_bytes,
-            sandbox_id,
-            path,
-            headers_timeout=headers_timeout,
-            idempotent=True,
-            passthrough=(lizard.NotFoundError,),
-        )
-    except lizard.NotFoundError as exc:
-        code = getattr(exc, "code", None)
-        if code == "SANDBOX_NOT_FOUND":
-            raise translate(exc, sandbox_id=sandbox_id) from None
-        if code is None:
-            # Without a code the text cannot tell (it may name /workspace/sandbox_notes.txt):
-            # one GET of the sandbox record does. If that fails too, say "no such file".
-            try:
-                session.check_alive()
-            except SandboxGoneError:
-                raise
-            except LizardIntegrationError:
-                pass
-        return None
-    return data
-
-
-# ── async ────────────────────────────────────────────────────────────────
-
-
-async def arun_cancellable(fn: Callable[[Cancellation], T]) -> T:
-    """Run the blocking ``fn(cancellation)`` in a thread of its own and await its result.
-
-    If the awaiting task is cancelled, ``cancellation`` is set (so a guest call inside ``fn``
-    stops its guest), the task waits until ``fn`` has returned or raised, and then the
-    cancellation propagates. Works under asyncio and trio.
-    """
-    cancellation = Cancellation()
-    future: concurrent.futures.Future[T] = concurrent.futures.Future()
-
-    def work() -> None:
-        if not future.set_running_or_notify_cancel():
-            return
-        try:
-            future.set_result(fn(cancellation))
-        except BaseException as exc:
-            future.set_exception(exc)
-
-    threading.Thread(target=work, name="lizard-core-call", daemon=True).start()
-    try:
-        await wait_done(future)
-    except BaseException:
-        cancellation.cancel()
-        await _wait_uncancellable(future)
-        if not future.cancelled() and future.exception() is not None:
-            _log.debug("cancelled call ended with %r", future.exception())
-        raise
-    return future.result()
-
-
-async def _wait_uncancellable(future: concurrent.futures.Future[Any]) -> None:
-    with anyio.CancelScope(shield=True):
-        while not future.done():
-            try:
-                await wait_done(future)
-            except anyio.get_cancelled_exc_class():
-                continue  # a native asyncio cancel: keep waiting; the caller re-raises
-
-
-def loop_callback(callback: Callable[[T], object] | None) -> Callable[[T], None] | None:
-    """Wrap ``callback`` so that a worker thread runs it in the calling event loop's thread.
-
-    Call from async code. The worker waits for each call, so output callbacks stay in order
-    and apply backpressure; once the loop is gone, calls are dropped.
-    """
-    if callback is None:
-        return None
-    token = anyio.lowlevel.current_token()
-
-    def call(value: T) -> None:
-        with contextlib.suppress(anyio.RunFinishedError):
-            anyio.from_thread.run_sync(callback, value, token=token)
-
-    return call

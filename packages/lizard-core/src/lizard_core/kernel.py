@@ -7,9 +7,9 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
 
 - **Cost.** One exec request per :meth:`Kernel.execute`, the first one included (a new sandbox
   costs create + 1): the client starts the daemon itself when none is running. A cell whose
-  frames pass :data:`STREAM_BUDGET` (big images, lots of output) costs one more, a ``GET files``
-  for the rest, which then reaches ``on_output`` at the end; its job directory is removed by the
-  next guest request at no cost. A cell too large for argv (its request over
+  frames pass the kernel's stream budget (big images, lots of output) costs one more, a
+  ``GET files`` for the rest, which then reaches ``on_output`` at the end; its job directory is
+  removed by the next guest request at no cost. A cell too large for argv (its request over
   :data:`~lizard_core._staging.STAGE_OVER_BYTES` of JSON) is uploaded first, one ``POST files``
   per 4 MiB (:mod:`lizard_core._staging`). Constructing a kernel makes no request; bad arguments
   raise TypeError/ValueError before any sandbox exists, and so does a request body over
@@ -68,24 +68,35 @@ call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against
 from __future__ import annotations
 
 import base64
-import codecs
 import contextlib
 import functools
 import hashlib
-import math
 import posixpath
 import re
 import threading
 import zlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lizard_core._guest import source
-from lizard_core._kernel_frames import STREAMS, check_end, check_frame, decode_output
+from lizard_core._kernel_frames import check_end
+from lizard_core._kernel_results import (
+    OUTPUT_CUT_MARKER,
+    Assembler,
+    ExecutionError,
+    ExecutionResult,
+    OutputCallback,
+    RichResult,
+)
 from lizard_core._spill import read_spill
 from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
-from lizard_core.errors import GuestProtocolError, LizardIntegrationError, SandboxGoneError
+from lizard_core._wire import KERNEL_STREAM_BUDGET, KernelEnd
+from lizard_core.checks import check_env, check_seconds
+from lizard_core.errors import (
+    GuestProtocolError,
+    KernelUnavailableError,
+    SandboxGoneError,
+)
 from lizard_core.guest import (
     JOBS_ROOT,
     Cancellation,
@@ -111,113 +122,18 @@ __all__ = [
     "RichResult",
 ]
 
-OutputCallback = Callable[[str, str], object]
-"""``on_output(stream, text)``: ``stream`` is ``"stdout"`` or ``"stderr"``, ``text`` a chunk."""
-
 DEFAULT_GRACE_S: Final = 3.0
 """How long an interrupted cell has to stop before the kernel is restarted."""
 DEFAULT_MAX_OUTPUT_BYTES: Final = 1024 * 1024
 """Output kept per cell (both streams together) before the rest is dropped with a marker."""
 DEFAULT_MAX_RESULT_BYTES: Final = 4 * 1024 * 1024
 """Characters kept per rich value (images count as base64)."""
-OUTPUT_CUT_MARKER: Final = (
-    "\n[lizard: output limit of {limit} bytes reached; "
-    "the rest of this cell's output was dropped]\n"
-)
-"""Written into the stream where output was cut (``{limit}`` is the limit in bytes)."""
-STREAM_BUDGET: Final = 352 * 1024
-"""Bytes of frames a call streams before the rest goes to a file (fetched with one request).
-
-Below the platform's 512 KiB cap on one exec's output stream, with room for heartbeats and the
-client's own frames.
-"""
+STREAM_BUDGET: Final = KERNEL_STREAM_BUDGET
+"""The kernel call's inline budget (:data:`lizard_core._wire.KERNEL_STREAM_BUDGET`)."""
 START_ALLOWANCE_S: Final = 60.0
 """Time allowed for starting the kernel daemon (a first call, or a restart after a kill)."""
 _DEADLINE_MARGIN_S: Final = 2 * START_ALLOWANCE_S + 30.0
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
-_RESULT_OVERHEAD: Final = 256
-"""What one rich result costs against the result budget before its data."""
-_OUTPUT_SLACK: Final = 64 * 1024
-"""Output believed past ``max_output_bytes`` (the daemon cuts at a chunk boundary)."""
-
-
-class KernelUnavailableError(LizardIntegrationError):
-    """The kernel could not be started or reached in the sandbox (nothing of the cell ran)."""
-
-
-@dataclass(frozen=True)
-class ExecutionError:
-    """What a cell raised: class name, message (``str(exc)``) and an ANSI-free traceback."""
-
-    name: str
-    message: str
-    traceback: str
-
-
-@dataclass(frozen=True)
-class RichResult:
-    """One value shown by a cell, as mime type -> text (images are base64).
-
-    ``is_main_result`` marks the value of the cell's last expression; figures and ``display()``
-    calls are not main results. ``omitted`` names mime types left out for size.
-    """
-
-    data: Mapping[str, str]
-    is_main_result: bool
-    omitted: tuple[str, ...] = ()
-
-    @property
-    def text(self) -> str | None:
-        """The ``text/plain`` form."""
-        return self.data.get("text/plain")
-
-    @property
-    def png(self) -> bytes | None:
-        """The ``image/png`` form, decoded."""
-        encoded = self.data.get("image/png")
-        return None if encoded is None else base64.b64decode(encoded)
-
-
-@dataclass(frozen=True)
-class ExecutionResult:
-    """The outcome of one cell (or one :meth:`Kernel.install`).
-
-    ``stdout``/``stderr`` hold the output as streamed (UTF-8, invalid bytes replaced), with the
-    cut marker when ``output_truncated``. ``error`` is None when the cell completed.
-    ``execution_count`` numbers the cells of the current kernel (it restarts at 1 with a fresh
-    kernel; 0 when no cell ran). ``state_lost`` means the namespace this call ran in (or, after a
-    kill, the one the next call will run in) is not the one the previous calls built; ``notice``
-    then says why, in words fit for a user or a model. ``guest_ms`` is the time spent in the
-    sandbox by the kernel client, from its start to its final frame.
-    """
-
-    stdout: str = ""
-    stderr: str = ""
-    results: tuple[RichResult, ...] = ()
-    error: ExecutionError | None = None
-    execution_count: int = 0
-    timed_out: bool = False
-    state_lost: bool = False
-    notice: str | None = None
-    output_truncated: bool = False
-    dropped_bytes: int = 0
-    kernel_id: str | None = None
-    guest_ms: float | None = None
-    cell_ms: float | None = field(default=None, repr=False)
-
-    @property
-    def main_result(self) -> RichResult | None:
-        """The value of the cell's last expression, if it had one that was not None."""
-        for result in self.results:
-            if result.is_main_result:
-                return result
-        return None
-
-    @property
-    def text(self) -> str | None:
-        """``text/plain`` of the main result."""
-        main = self.main_result
-        return None if main is None else main.text
 
 
 @functools.cache
@@ -225,14 +141,6 @@ def _daemon_payload() -> tuple[str, str]:
     """(version, zlib+base64 source) of the guest daemon."""
     text = source("kernel_daemon").encode("utf-8")
     return hashlib.sha256(text).hexdigest()[:16], base64.b64encode(zlib.compress(text, 9)).decode()
-
-
-def _positive(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
-        raise ValueError(f"{name} must be a positive finite number of seconds, not {value!r}")
-    return float(value)
 
 
 def _limit(name: str, value: object) -> int:
@@ -249,21 +157,6 @@ def _text(name: str, value: object) -> str:
     if "\0" in value:
         raise ValueError(f"{name} must not contain NUL characters")
     return value
-
-
-def _env(env: object) -> dict[str, str]:
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping of str to str, not {type(env).__name__}")
-    checked: dict[str, str] = {}
-    for key, value in env.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise TypeError("env must map str to str")
-        if not key or "=" in key or "\0" in key or "\0" in value:
-            raise ValueError(f"invalid environment variable {key!r}")
-        checked[key] = value
-    return checked
 
 
 def _callback(on_output: object) -> OutputCallback | None:
@@ -288,124 +181,6 @@ def _in_loop(on_output: OutputCallback | None) -> OutputCallback | None:
         relay((stream, text))
 
     return call
-
-
-class _Assembler:
-    """Builds an :class:`ExecutionResult` from the kernel client's frames, as they arrive."""
-
-    def __init__(self, on_output: OutputCallback | None, max_output: int, max_result: int) -> None:
-        self.on_output = on_output
-        self.max_output = max_output
-        # A guard against a misbehaving guest: the guest enforces the real limits.
-        self.max_result_total = 64 * max_result + 1024 * 1024
-        # The most a spill file can hold within those limits: output as base64 frames, result
-        # and error text as JSON strings (escaped text, e.g. non-Latin, passes it only when
-        # the results near their total anyway).
-        self.spill_budget = 2 * (max_output + _OUTPUT_SLACK) + 2 * self.max_result_total
-        self.chunks: dict[str, list[str]] = {"stdout": [], "stderr": []}
-        self.decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in STREAMS}
-        self.received = 0
-        self.truncated = False
-        self.results: dict[int, tuple[bool, tuple[str, ...], dict[str, list[str]]]] = {}
-        self.result_size = 0
-        self.kernel_id: str | None = None
-        self.count = 0
-        self.lost: str | None = None
-        self.error_parts: dict[str, list[str]] = {}
-
-    def feed(self, frame: Frame) -> None:
-        kind = check_frame(frame)["t"]
-        if kind == "o":
-            index = frame["s"]
-            data = decode_output(frame)
-            self.received += len(data)
-            if self.received > self.max_output + _OUTPUT_SLACK:
-                raise GuestProtocolError("The kernel sent more output than its limit allows.")
-            self._text(index, self.decoders[index].decode(data))
-        elif kind == "cut":
-            if self.truncated:
-                raise GuestProtocolError("The kernel cut a cell's output twice.")
-            self.truncated = True
-            index = frame["s"]
-            self._text(index, self.decoders[index].decode(b"", final=True))
-            self._text(index, OUTPUT_CUT_MARKER.format(limit=frame["limit"]))
-        elif kind == "res":
-            index = frame["i"]
-            # Each result costs the host a little even without data: counted, so that a flood
-            # of empty results is bounded like their data.
-            self._count_result(_RESULT_OVERHEAD, "results")
-            if index in self.results:
-                raise GuestProtocolError("The kernel sent the same result twice.")
-            self.results[index] = (frame["main"], tuple(frame["omit"]), {})
-        elif kind == "rd":
-            piece = frame["d"]
-            self._count_result(len(piece), "result data")
-            try:
-                pieces = self.results[frame["i"]][2]
-            except KeyError:
-                raise GuestProtocolError("The kernel sent data for an unknown result.") from None
-            pieces.setdefault(frame["m"], []).append(piece)
-        elif kind == "et":
-            piece = frame["d"]
-            self._count_result(len(piece), "error text")
-            self.error_parts.setdefault(frame["f"], []).append(piece)
-        elif kind == "cell":
-            self.kernel_id = frame["kernel"]
-            self.count = frame["n"]
-        elif kind == "spawned":
-            self.lost = frame.get("lost")
-
-    def _count_result(self, size: int, what: str) -> None:
-        self.result_size += size
-        if self.result_size > self.max_result_total:
-            raise GuestProtocolError(f"The kernel sent more {what} than its limit allows.")
-
-    def _text(self, index: int, text: str) -> None:
-        if not text:
-            return
-        stream = STREAMS[index]
-        self.chunks[stream].append(text)
-        if self.on_output is not None:
-            self.on_output(stream, text)
-
-    def result(self, final: Frame, lost_notice: str | None) -> ExecutionResult:
-        for index in STREAMS:
-            self._text(index, self.decoders[index].decode(b"", final=True))
-        error = final.get("error")
-        if error is not None:
-            # A long message (a final answer, say) or traceback came whole, in frames.
-            for field in error.get("framed") or ():
-                error[field] = "".join(self.error_parts.get(field, ()))
-        dropped = final.get("dropped") or [0, 0]
-        notice = final.get("notice") or lost_notice
-        return ExecutionResult(
-            stdout="".join(self.chunks["stdout"]),
-            stderr="".join(self.chunks["stderr"]),
-            results=tuple(
-                RichResult(
-                    data={mime: "".join(parts) for mime, parts in data.items()},
-                    is_main_result=main,
-                    omitted=omitted,
-                )
-                for _, (main, omitted, data) in sorted(self.results.items())
-            ),
-            error=None
-            if error is None
-            else ExecutionError(
-                name=str(error["name"]),
-                message=str(error["message"]),
-                traceback=str(error.get("traceback") or ""),
-            ),
-            execution_count=int(final.get("n") or self.count),
-            timed_out=bool(final.get("timed_out")),
-            state_lost=bool(final.get("state_lost")) or lost_notice is not None,
-            notice=notice,
-            output_truncated=self.truncated,
-            dropped_bytes=int(sum(dropped)),
-            kernel_id=final.get("kernel") or self.kernel_id,
-            guest_ms=final.get("client_ms"),
-            cell_ms=final.get("ms"),
-        )
 
 
 _REPLACED_ELSEWHERE: Final = (
@@ -455,7 +230,7 @@ class Kernel:
         self._session = session
         self._name = name
         self._cwd = cwd
-        self._grace = _positive("grace", grace)
+        self._grace = check_seconds(grace, name="grace")
         self._max_output = _limit("max_output_bytes", max_output_bytes)
         self._max_result = _limit("max_result_bytes", max_result_bytes)
         self._lock = threading.Lock()
@@ -569,12 +344,12 @@ class Kernel:
             {
                 "op": "execute",
                 "code": code,
-                "timeout": _positive("timeout", timeout),
+                "timeout": check_seconds(timeout, name="timeout"),
                 "grace": self._grace,
-                "env": _env(env),
+                "env": check_env(env),
                 "max_output": self._max_output,
                 "max_result": self._max_result,
-                "budget": STREAM_BUDGET,
+                "budget": KERNEL_STREAM_BUDGET,
             }
         )
 
@@ -591,9 +366,9 @@ class Kernel:
                 "op": "install",
                 "packages": names,
                 "pip_args": [_text("pip argument", a) for a in pip_args],
-                "timeout": _positive("timeout", timeout),
+                "timeout": check_seconds(timeout, name="timeout"),
                 "max_output": self._max_output,
-                "budget": STREAM_BUDGET,
+                "budget": KERNEL_STREAM_BUDGET,
             }
         )
 
@@ -617,7 +392,7 @@ class Kernel:
             if len(encoded) > STAGE_OVER_BYTES:
                 job, staged = stage_body(self._session, sandbox, encoded)
             while True:
-                assembler = _Assembler(on_output, self._max_output, self._max_result)
+                assembler = Assembler(on_output, self._max_output, self._max_result)
                 allowance = float(body["timeout"]) + self._grace + _DEADLINE_MARGIN_S
                 final = self._run(
                     sandbox,
@@ -628,39 +403,44 @@ class Kernel:
                     cancel=cancel,
                     staged=staged,
                 )
-                if final.get("need_source"):
+                if final.get(KernelEnd.NEED_SOURCE):
                     self._daemon_sent = False
                     continue
                 break
-            if final.get("spill"):
-                self._read_spill(sandbox, str(final["spill"]), assembler)
-            error = final.get("error")
-            if assembler.kernel_id is None and error and error["name"] == "KernelUnavailable":
+            if final.get(KernelEnd.SPILL):
+                self._read_spill(sandbox, str(final[KernelEnd.SPILL]), assembler)
+            error = final.get(KernelEnd.ERROR)
+            if (
+                assembler.kernel_id is None
+                and error
+                and error[KernelEnd.ERROR_NAME] == "KernelUnavailable"
+            ):
                 raise KernelUnavailableError(
-                    f"The Python kernel could not be started in the sandbox: {error['message']}"
+                    "The Python kernel could not be started in the sandbox: "
+                    f"{error[KernelEnd.ERROR_MESSAGE]}"
                 )
             # A kernel other than the one the previous call saw, with nobody saying so, means
             # another client restarted it in between.
-            current = final.get("kernel") or assembler.kernel_id
+            current = final.get(KernelEnd.KERNEL_ID) or assembler.kernel_id
             lost_notice = None
             if (
                 self._kernel_id is not None
                 and current is not None
                 and current != self._kernel_id
-                and not final.get("state_lost")
+                and not final.get(KernelEnd.STATE_LOST)
             ):
                 lost_notice = _REPLACED_ELSEWHERE
             result = assembler.result(final, lost_notice)
             # An end frame written by the client (the kernel was killed or died) names no
             # kernel: the next call runs in a fresh one whose id is not known yet.
-            self._kernel_id = final.get("kernel")
+            self._kernel_id = final.get(KernelEnd.KERNEL_ID)
             return result
         finally:
             if job is not None:
                 schedule_cleanup(sandbox, job)
             self._lock.release()
 
-    def _read_spill(self, sandbox: Any, path: str, assembler: _Assembler) -> None:
+    def _read_spill(self, sandbox: Any, path: str, assembler: Assembler) -> None:
         """Feed the frames the guest wrote to a file past the streamed budget (one request)."""
         job = posixpath.dirname(path)
         if posixpath.dirname(job) != JOBS_ROOT or posixpath.basename(path) != "frames":
@@ -718,7 +498,7 @@ class Kernel:
             cancel=cancel,
         )
         check_end(final)
-        if not final.get("need_source"):
+        if not final.get(KernelEnd.NEED_SOURCE):
             self._daemon_sent = True
         return final
 
@@ -739,7 +519,7 @@ class Kernel:
         sandbox = self._existing_sandbox()
         if sandbox is None:
             return False
-        return bool(self._run(sandbox, "interrupt", None).get("running"))
+        return bool(self._run(sandbox, "interrupt", None).get(KernelEnd.RUNNING))
 
     async def ainterrupt(self) -> bool:
         """Async :meth:`interrupt`."""
@@ -747,7 +527,7 @@ class Kernel:
             return False
         sandbox = await self._session.asandbox()
         return await arun_cancellable(
-            lambda _: bool(self._run(sandbox, "interrupt", None).get("running"))
+            lambda _: bool(self._run(sandbox, "interrupt", None).get(KernelEnd.RUNNING))
         )
 
     def restart(self) -> None:
@@ -764,16 +544,17 @@ class Kernel:
         await arun_cancellable(lambda _: self._restart(sandbox))
 
     def _restart(self, sandbox: Any) -> None:
-        assembler = _Assembler(None, self._max_output, self._max_result)
+        assembler = Assembler(None, self._max_output, self._max_result)
         for _ in range(2):
             final = self._run(sandbox, "restart", None, on_frame=assembler.feed)
-            if not final.get("need_source"):
+            if not final.get(KernelEnd.NEED_SOURCE):
                 break
             self._daemon_sent = False
-        error = final.get("error")
+        error = final.get(KernelEnd.ERROR)
         if error is not None:
             raise KernelUnavailableError(
-                f"The Python kernel could not be restarted in the sandbox: {error['message']}"
+                "The Python kernel could not be restarted in the sandbox: "
+                f"{error[KernelEnd.ERROR_MESSAGE]}"
             )
         self._kernel_id = assembler.kernel_id
 

@@ -32,19 +32,12 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   either; ``False`` destroys neither (the sandbox lives until its lifetime ends). A failure to
   destroy on exit is raised, or, when the block itself raised, attached to that exception as a
   note and logged.
-- **Keep-alive** (off by default). With ``keep_alive=True`` a use of the session that comes
-  more than half a lifetime after the deadline was last set calls ``set_timeout(lifetime_ms)``
-  first, so a sandbox in use does not expire and an idle one still does. That is at most one
-  extra request per half lifetime, never one per operation. While an operation runs (every
-  guest call marks itself with :meth:`Session.in_use`), a thread extends the lifetime every
-  half lifetime as well, so one command or cell longer than the lifetime keeps its sandbox.
-  Keep-alive is best effort: its failures are logged and retried soon after, never raised.
-- **Is it still there?** :meth:`Session.check_alive` (and :meth:`Session.acheck_alive`) asks
-  the platform with one ``GET /api/sandboxes/{id}``, not retried, whether the sandbox still
-  exists. It belongs on failure paths: the guest layer calls it when an exec stream breaks or
-  its transport fails, to tell a sandbox destroyed or expired under a command
-  (:class:`~lizard_core.errors.SandboxGoneError`, recorded so that later uses fail at once)
-  from a passing fault (the original error stands). Nothing calls it on the happy path.
+- **Keep-alive** (off by default; ``keep_alive=True``): a sandbox in use does not expire and an
+  idle one still does, at most one ``set_timeout`` per half lifetime, best effort (see
+  :mod:`lizard_core._keep_alive`). Every guest call marks itself with :meth:`Session.in_use`.
+- **Is it still there?** :meth:`Session.check_alive` asks with one ``GET``, not retried, and
+  only on failure paths (a broken exec stream): a gone sandbox is recorded, so later uses fail
+  at once with :class:`~lizard_core.errors.SandboxGoneError`; otherwise the original error stands.
 - **Errors and retries.** Every SDK call made here, and every call passed to
   :meth:`Session.call` / :meth:`Session.acall`, raises only
   :class:`~lizard_core.errors.LizardIntegrationError` kinds (see :mod:`lizard_core.errors`).
@@ -52,21 +45,15 @@ Contract (every rule is proven against lizard-local in ``tests/test_session.py``
   failures with backoff, honouring ``retry_after``; a create is never retried, because it may
   have succeeded before the failure (a 429 on create surfaces as
   :class:`~lizard_core.errors.QuotaError` with ``retry_after``).
-- **Credentials.** The API key goes only to the SDK, as an argument, and to the pooled
-  client's ``X-API-Key`` header; never into the sandbox's
-  environment, argv, files, logs or error text.
+- **Credentials.** The API key goes only to the SDK and the pooled client's ``X-API-Key``
+  header; never into the sandbox's environment, argv, files, logs or error text.
 - **Project.** Creating needs a project; attaching does not. A session without ``sandbox_id``
   whose configuration names no project raises :class:`ValueError` at construction.
-
-- **One pooled connection.** :meth:`Session.transport` is the session's
-  :class:`~lizard_core._transport.Transport`: one ``httpx.Client``, made on first use, through
-  which the guest layer sends its streaming execs and files requests, so consecutive operations
-  reuse one kept-alive connection instead of a new connection (and SSL context) per request.
-  :meth:`Session.destroy` and :meth:`Session.close` close it. Lifecycle calls stay on the SDK.
+- **One pooled connection.** :meth:`Session.transport` (made on first use, closed with the
+  session) carries the guest layer's execs and files requests; lifecycle calls stay on the SDK.
 
 Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
-``GET /api/projects`` that resolves the project reference, made once however many sessions
-create at the same moment); no read-back follows the create.
+``GET /api/projects`` resolving the project); no read-back follows the create.
 """
 
 from __future__ import annotations
@@ -78,8 +65,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator
-from types import TracebackType
+from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
 import anyio
@@ -88,12 +74,14 @@ from lizard.config import ConnectionConfig
 from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
-from lizard_core._retry import RetryPolicy
+from lizard_core._jobs import forget_cleanup
+from lizard_core._keep_alive import KeepAlive
+from lizard_core._liveness import GONE_STATUSES, confirm_alive
+from lizard_core._retry import RetryPolicy, attempts
 from lizard_core._transport import Transport
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
     MALFORMED_ANSWER,
-    LizardIntegrationError,
     SandboxGoneError,
     malformed_answer,
     translated,
@@ -106,39 +94,11 @@ T = TypeVar("T")
 _log = logging.getLogger(__name__)
 
 _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
-# After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later.
-_KEEP_ALIVE_RETRY_S: Final = 15.0
 
 _PROJECT_LOOKUP: Final = threading.Lock()
 
-GONE_STATUSES: Final = frozenset({"failed", "stopped", "deleted", "killed", "expired"})
-"""Statuses of a sandbox record that mean the sandbox is over: the SDK's terminal states
-(``failed``, ``stopped``, ``deleted``) and the words a kill or an expiry would report."""
 
-
-def confirm_alive(sandbox: Any) -> None:
-    """Check that the ``lizard.Sandbox`` still exists: one ``GET /api/sandboxes/{id}``.
-
-    Raises :class:`~lizard_core.errors.SandboxGoneError` if it no longer does (404, or a status
-    in :data:`GONE_STATUSES`), and the translated error if the check itself fails; it is never
-    retried. :meth:`Session.check_alive` is the same check for a session, which also records
-    the answer; use this one only for a sandbox without a session.
-    """
-    sandbox_id = str(sandbox.sandbox_id)
-    with translated(sandbox_id=sandbox_id):
-        try:
-            info = sandbox.get_info()
-        except MALFORMED_ANSWER as exc:
-            raise malformed_answer("sandbox lookup", exc) from exc
-    status = getattr(info, "status", None)
-    if isinstance(status, str) and status.lower() in GONE_STATUSES:
-        raise SandboxGoneError(
-            f"The sandbox {sandbox_id} no longer exists (its status is {status!r}).",
-            sandbox_id=sandbox_id,
-        )
-
-
-class Session:
+class Session(KeepAlive):
     """A lazily created (or attached) Lizard sandbox shared by threads and tasks.
 
     ``sandbox_id`` attaches to an existing sandbox instead of creating one. ``keep_alive``
@@ -512,18 +472,11 @@ class Session:
             sandbox = self._sandbox
         if sandbox is not None:
             await self._amaybe_extend(sandbox)
-        retry = 1
-        while True:
-            try:
-                with translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
-                    return await run_blocking(fn, *args, **kwargs)
-            except LizardIntegrationError as error:
-                delay = self._retry.delay(error, retry) if idempotent else None
-                if delay is None:
-                    raise
-                _log.debug("retrying %s in %.2fs after %s", _name(fn), delay, type(error).__name__)
-            await anyio.sleep(delay)
-            retry += 1
+        for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
+            with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                return await run_blocking(fn, *args, **kwargs)
+            await anyio.sleep(attempt.delay)
+        raise AssertionError("unreachable: attempts() is endless")
 
     def _call_with_retries(
         self,
@@ -534,100 +487,17 @@ class Session:
         passthrough: tuple[type[BaseException], ...] = (),
         **kwargs: Any,
     ) -> T:
-        retry = 1
-        while True:
-            try:
-                with translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
-                    return fn(*args, **kwargs)
-            except LizardIntegrationError as error:
-                delay = self._retry.delay(error, retry) if idempotent else None
-                if delay is None:
-                    raise
-                _log.debug("retrying %s in %.2fs after %s", _name(fn), delay, type(error).__name__)
-            time.sleep(delay)
-            retry += 1
+        for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
+            with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                return fn(*args, **kwargs)
+            time.sleep(attempt.delay)
+        raise AssertionError("unreachable: attempts() is endless")
 
-    # ── keep-alive ───────────────────────────────────────────────────────
+    def _extend(self, sandbox: Any) -> None:
+        self._call_with_retries(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
 
-    def _extension_due(self) -> bool:
-        """Claim the next extension if it is due (so that only one caller sends it)."""
-        if not self._keep_alive:
-            return False
-        now = time.monotonic()
-        with self._lock:
-            if self._extend_due is None or now < self._extend_due or self._closed:
-                return False
-            self._extend_due = now + _KEEP_ALIVE_RETRY_S  # until this attempt succeeds
-            return True
-
-    def _extended(self, started: float, error: LizardIntegrationError | None) -> None:
-        if error is not None:
-            _log.warning("keep-alive for sandbox %s failed: %s", self._sandbox_id, error)
-            return
-        with self._lock:
-            self._extend_due = started + self._config.lifetime_ms / 2000
-
-    def _maybe_extend(self, sandbox: Any) -> None:
-        if not self._extension_due():
-            return
-        started = time.monotonic()
-        try:
-            self._call_with_retries(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
-        except LizardIntegrationError as error:
-            self._extended(started, error)
-        else:
-            self._extended(started, None)
-
-    async def _amaybe_extend(self, sandbox: Any) -> None:
-        if not self._extension_due():
-            return
-        started = time.monotonic()
-        try:
-            await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
-        except LizardIntegrationError as error:
-            self._extended(started, error)
-        else:
-            self._extended(started, None)
-
-    @contextlib.contextmanager
-    def in_use(self) -> Iterator[None]:
-        """Mark an operation in flight for the duration of the block (no request).
-
-        With keep-alive, a thread extends the lifetime every half lifetime while any operation
-        is in flight, so that one call longer than the lifetime (a long command or cell) does
-        not see its sandbox expire under it. The thread ends when the last one does.
-        """
-        if not self._keep_alive:
-            yield
-            return
-        with self._lock:
-            self._in_flight += 1
-            if self._keeper is None:
-                self._keeper = threading.Thread(
-                    target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
-                )
-                self._keeper.start()
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._in_flight -= 1
-                self._keeper_wake.notify_all()
-
-    def _keep_alive_while_busy(self) -> None:
-        while True:
-            with self._lock:
-                while True:
-                    if self._in_flight == 0 or self._closed:
-                        self._keeper = None
-                        return
-                    now = time.monotonic()
-                    due = self._extend_due
-                    if self._sandbox is not None and due is not None and now >= due:
-                        sandbox = self._sandbox
-                        break
-                    self._keeper_wake.wait(None if due is None else max(due - now, 0.01))
-            self._maybe_extend(sandbox)
+    async def _aextend(self, sandbox: Any) -> None:
+        await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
 
     # ── teardown ─────────────────────────────────────────────────────────
 
@@ -678,6 +548,8 @@ class Session:
                     # kill() answers False for a sandbox already gone: that counts as done.
                     self._call_with_retries(handle.kill, idempotent=True)
                     _log.debug("destroyed sandbox %s", sandbox_id)
+                if (kill or known_gone) and sandbox_id is not None:
+                    forget_cleanup(sandbox_id)  # no request will ever carry its job folders
             finally:
                 # The session is closed either way, so its pooled connection goes now (after
                 # the kill, so that a stream in flight ends with its sandbox, not before).
@@ -713,23 +585,13 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         self._exit(exc)
 
     async def __aenter__(self) -> Session:
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    async def __aexit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         await run_blocking(self._exit, exc)
 
 

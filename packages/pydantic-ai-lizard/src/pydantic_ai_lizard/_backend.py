@@ -24,10 +24,8 @@ What holds (the rules of `pydantic_ai/workspaces/protocol.py`, and how they are 
 from __future__ import annotations
 
 import errno
-import posixpath
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from importlib import metadata
 from typing import Final
 
 import anyio
@@ -44,6 +42,7 @@ from pydantic_ai.workspaces import (
 )
 
 from lizard_core import commands
+from lizard_core.checks import check_absolute_path, check_env, check_seconds, package_version
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.files import FileStat, SandboxFiles
 from lizard_core.session import Session
@@ -81,13 +80,6 @@ _PREPARE_TIMEOUT: Final = 60.0
 _NOOP: Final = ("/bin/sh", "-c", ":")
 
 
-def _version() -> str:
-    try:
-        return metadata.version("pydantic-ai-lizard")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
-
-
 def check_ref(ref: object) -> WorkspaceRef:
     """Return `ref` if it names a Lizard sandbox; `TypeError`/`ValueError` otherwise."""
     if not isinstance(ref, WorkspaceRef):
@@ -97,18 +89,10 @@ def check_ref(ref: object) -> WorkspaceRef:
     return ref  # the id itself is checked by lizard_core's Session
 
 
-# Checked here as well as in lizard_core, so that invalid input fails with the workspace
-# protocol's wording and types (a timeout that is not a number is a ValueError here).
-def _check_env(env: Mapping[str, str] | None) -> dict[str, str]:
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise TypeError(f"env must be a mapping of str to str, not {type(env).__name__}")
-    if any(type(key) is not str or type(value) is not str for key, value in env.items()):
-        raise TypeError("env keys and values must be strings")
-    if any(not key or "=" in key or "\0" in key + value for key, value in env.items()):
-        raise ValueError("env names must be non-empty without '=' or NUL; values without NUL")
-    return dict(env)
+# Checked here, before the workspace is touched, with lizard_core's checks; only the timeout is
+# reworded to the workspace protocol's type (a timeout that is not a number is a ValueError).
+_check_env = check_env
+_check_path = check_absolute_path
 
 
 def _argv(command: object, shell: bool) -> list[str]:
@@ -132,20 +116,11 @@ def _argv(command: object, shell: bool) -> list[str]:
 
 
 def _check_timeout(timeout: float | None) -> None:
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int | float)
-        or not 0 < timeout < float("inf")
-    ):
-        raise ValueError(f"timeout must be a positive finite number or None, got {timeout!r}")
-
-
-def _check_path(path: str) -> str:
-    if type(path) is not str:
-        raise TypeError(f"path must be a str, not {type(path).__name__}")
-    if not posixpath.isabs(path) or "\0" in path:
-        raise ValueError(f"path must be an absolute POSIX path without NUL, got {path!r}")
-    return path
+    if timeout is not None:
+        try:
+            check_seconds(timeout)
+        except TypeError as exc:
+            raise ValueError(str(exc)) from None
 
 
 class LizardSandboxBackend(
@@ -209,7 +184,7 @@ class LizardSandboxBackend(
             envs=envs,
             internet_access=internet_access,
             integration=_INTEGRATION,
-            integration_version=_version(),
+            integration_version=package_version("pydantic-ai-lizard"),
         )
         self._session = Session(
             config, sandbox_id=None if ref is None else ref.id, keep_alive=keep_alive

@@ -26,9 +26,8 @@ from contextlib import contextmanager
 
 from smolagents.utils import AgentError
 
+from lizard_core import GuestNotStartedError, KernelUnavailableError
 from lizard_core import errors as core_errors
-from lizard_core.guest import GuestNotStartedError
-from lizard_core.kernel import KernelUnavailableError
 
 
 class StepError(AgentError):  # type: ignore[misc]  # smolagents ships no type information

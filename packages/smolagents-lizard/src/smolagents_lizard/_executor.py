@@ -35,7 +35,6 @@ import sys
 import warnings
 import weakref
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, cast
 
 from rich.text import Text
@@ -45,9 +44,10 @@ from smolagents.remote_executors import RemotePythonExecutor
 from smolagents.serialization import SafeSerializer
 from smolagents.tools import Tool, get_tools_definition_code
 
+from lizard_core import PackageCheck, missing_requirements, requirements
+from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
-from lizard_core.packages import PackageCheck, missing_requirements, requirements
 from lizard_core.session import Session
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
@@ -84,15 +84,6 @@ _STATE_LOST: Final = (
     "defined in earlier steps is gone. Tools and the agent's initial variables are defined "
     "again; recompute anything else you need."
 )
-
-
-def _version() -> str:
-    from importlib import metadata
-
-    try:
-        return metadata.version("smolagents-lizard")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents is untyped
@@ -176,7 +167,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             internet_access=internet_access,
             allowed_hosts=allowed_hosts,
             integration=INTEGRATION,
-            integration_version=_version(),
+            integration_version=package_version("smolagents-lizard"),
         )
         if install_timeout_ms is None:
             install_timeout_ms = min(DEFAULT_INSTALL_TIMEOUT_MS, lifetime_ms)
@@ -239,12 +230,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     def __enter__(self) -> LizardExecutor:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         self.cleanup()
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:

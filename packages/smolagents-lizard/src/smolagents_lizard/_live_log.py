@@ -10,7 +10,6 @@ logs, capped the same way, still reach the model). ``after=None`` turns live out
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 from typing import Any
 
 from rich.text import Text
@@ -37,12 +36,7 @@ class LiveLog:
             self._timer.start()
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, _type: object, exc: BaseException | None, _tb: object) -> None:
         if self._timer is not None:
             self._timer.cancel()
         with self._lock:

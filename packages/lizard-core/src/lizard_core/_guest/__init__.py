@@ -2,8 +2,14 @@
 
 The sources here are written for people (docstrings, comments, type annotations). What travels in
 every exec request's argv is :func:`program`'s compact form of them: the same syntax tree without
-docstrings, comments or annotations, indented by one space per level, which is about 60% of the
-size and still Python 3.8 code.
+docstrings, comments or annotations, indented by one space per level: smaller, and still
+Python 3.8 code.
+
+A guest program may be written in parts: a line ``from ._part import name, ...`` (a sibling
+module whose name starts with ``_``) is replaced in :func:`source` by that part's code, once per
+program, so a program still travels as one file. A part opens with its docstring and
+``from __future__ import annotations``; what comes before that line is not bundled.
+:mod:`._prelude` holds what every program shares.
 
 Rules for a guest program, so that the compact form runs as the source does: import ``typing``
 names and use ``from __future__ import annotations`` for annotations only (both imports and every
@@ -16,14 +22,38 @@ from __future__ import annotations
 
 import ast
 import functools
+import re
 from importlib import resources
 
 __all__ = ["program", "source"]
 
 
-def source(name: str) -> str:
-    """The readable source of the guest program ``name`` (a module in this package)."""
+_PART = re.compile(r"^from \.(_\w+) import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
+_FUTURE = "from __future__ import annotations\n"
+
+
+def _read(name: str) -> str:
     return resources.files(__name__).joinpath(f"{name}.py").read_text(encoding="utf-8")
+
+
+@functools.cache
+def source(name: str) -> str:
+    """The readable source of the guest program ``name``, with the parts it imports bundled."""
+    return _bundle(_read(name), set())
+
+
+def _bundle(text: str, seen: set[str]) -> str:
+    def inline(match: re.Match[str]) -> str:
+        part = match.group(1)
+        if part in seen:
+            return ""
+        seen.add(part)
+        code = _read(part)
+        if _FUTURE not in code:
+            raise ValueError(f"guest part {part} must import annotations from __future__")
+        return _bundle(code.split(_FUTURE, 1)[1], seen)
+
+    return _PART.sub(inline, text)
 
 
 class _Compact(ast.NodeTransformer):
@@ -42,6 +72,17 @@ class _Compact(ast.NodeTransformer):
     def visit_Module(self, node: ast.Module) -> ast.Module:
         node.body = self._body(node.body)
         self.generic_visit(node)
+        # Bundled parts import what the program already has: once is enough.
+        seen: set[str] = set()
+        body = []
+        for statement in node.body:
+            if isinstance(statement, ast.Import | ast.ImportFrom):
+                key = ast.dump(statement)
+                if key in seen:
+                    continue
+                seen.add(key)
+            body.append(statement)
+        node.body = body
         return node
 
     def _function(self, node: ast.FunctionDef) -> ast.FunctionDef:
@@ -56,6 +97,11 @@ class _Compact(ast.NodeTransformer):
 
     def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
         return self._function(node)
+
+    def visit_ClassDef(self, node: ast.ClassDef) -> ast.ClassDef:
+        node.body = self._body(node.body)
+        self.generic_visit(node)
+        return node
 
     def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.stmt | None:
         if node.value is None:

@@ -31,94 +31,33 @@ import zlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Callable, Dict, List, Optional
+    from typing import Any, Callable, Dict, List, Optional, Tuple
 
     Frame = Dict[str, Any]
 
-# Job directories (spilled output, file chunks) live here; cleanup never touches anything else.
-JOBS_ROOT = "/tmp/.lizard-core"
-# Raw bytes per data frame: base64 makes a 32 KiB line, half the platform's 64 KiB line split.
-FRAME_BYTES = 24 * 1024
-COPY_BYTES = 1024 * 1024
-HEARTBEAT_S = 2.5
-SIGTERM = 15
-
-# Start-up time is paid on every request: the module imports only what every operation needs
-# (threads and base64 through their C modules), and each operation imports the rest.
-_lock = _thread.allocate_lock()
-_last_write = [time.monotonic()]
-_host_gone: List[bool] = []
-# Bytes written to stdout so far: the platform caps each exec stream, so a command's output
-# is measured in what it costs there.
-_sent = [0]
-
-
-def emit(frame: Frame) -> None:
-    """Write one frame as one line; a vanished host stops this agent at the next frame."""
-    data = (json.dumps(frame, separators=(",", ":")) + "\n").encode("ascii")
-    with _lock:
-        if _host_gone:
-            return
-        try:
-            _sent[0] += len(data)
-            while data:
-                data = data[os.write(1, data) :]
-        except OSError:
-            # Nobody reads our frames any more: stop the operation (op_run kills its group).
-            _host_gone.append(True)
-            os.kill(os.getpid(), SIGTERM)
-        _last_write[0] = time.monotonic()
-
-
-def heartbeat(interval: float) -> None:
-    """Keep the stream alive while an operation is silent (httpx times out idle reads)."""
-    while not _host_gone:
-        time.sleep(interval / 4)
-        if time.monotonic() - _last_write[0] >= interval:
-            emit({"t": "hb"})
-
-
-def b64(data: bytes) -> str:
-    """Base64 text for a frame."""
-    return binascii.b2a_base64(data, newline=False).decode("ascii")
-
-
-def emit_data(kind: str, data: bytes, extra: Optional[Frame] = None) -> None:
-    """Send bytes as frames of at most ``FRAME_BYTES`` each."""
-    for start in range(0, len(data), FRAME_BYTES):
-        frame = {"t": kind, "d": b64(data[start : start + FRAME_BYTES])}
-        if extra:
-            frame.update(extra)
-        emit(frame)
-
-
-def packed_fit(room: int) -> int:
-    """How many input bytes surely fit ``room`` bytes of ``z`` frames once deflated.
-
-    Deflate's worst case (incompressible input) is the input plus a few bytes per 16 KiB
-    block, a sync flush and some slack; base64 adds a third, and every frame its JSON.
-    """
-    frames = room // (FRAME_BYTES * 4 // 3) + 1
-    payload = (room - 40 * frames) * 3 // 4 - 64
-    return max(payload * 1024 // 1027, 0)
-
-
-def job_dir(req: Frame) -> str:
-    """This call's job directory (or the one the host reuses), created on first use, mode 0700."""
-    path = req.get("job") or os.path.join(JOBS_ROOT, req["call"])
-    if os.path.dirname(os.path.normpath(path)) != JOBS_ROOT:
-        raise ValueError("not a job directory: %r" % path)
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    return path
-
-
-def cleanup(paths: List[str]) -> None:
-    """Remove job directories the host has finished with (only under ``JOBS_ROOT``)."""
-    import shutil
-
-    for path in paths:
-        if os.path.dirname(os.path.normpath(path)) == JOBS_ROOT:
-            shutil.rmtree(path, ignore_errors=True)
+from ._agent_files import (
+    op_chunk,
+    op_exists,
+    op_list,
+    op_mkdir,
+    op_read,
+    op_realpath,
+    op_remove,
+    op_stat,
+    op_write,
+)
+from ._agent_frames import (
+    COPY_BYTES,
+    HEARTBEAT_S,
+    emit,
+    emit_data,
+    ensure_dir,
+    heartbeat,
+    job_dir,
+    packed_fit,
+    sent_bytes,
+)
+from ._prelude import cleanup
 
 
 def kill_group(pgid: int, sig: int) -> bool:
@@ -203,25 +142,10 @@ def op_run(req: Frame) -> Frame:
     ``cwd``: where the command started, symlinks resolved, and ``se``: the errno of a program
     that could not be started (None when it started).
     """
-    import selectors
-    import signal
     import subprocess
 
     argv = req["argv"]
-    cwd = req.get("cwd")
-    limit, wire = req["limit"], req["wire"]
-    if cwd is not None:
-        if req.get("mkcwd"):
-            ensure_dir(cwd)
-        if not stat.S_ISDIR(os.stat(cwd).st_mode):
-            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
-        # Where the command really starts, symlinks resolved, as `cd -P` would put it.
-        cwd = os.path.realpath(cwd)
-    else:
-        try:
-            cwd = os.getcwd()
-        except OSError:
-            cwd = None  # removed under us: the command still starts there, as before
+    cwd = command_cwd(req)
     env = dict(os.environ)
     identity: Any = None
     if req.get("user") is not None:
@@ -234,32 +158,7 @@ def op_run(req: Frame) -> Frame:
     env.update(req.get("env") or {})
     stdin = req.get("stdin")
     stop: List[int] = []
-    wake_r, wake_w = os.pipe()
-    os.set_blocking(wake_r, False)
-    os.set_blocking(wake_w, False)
-    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
-
-    def on_stop(signum: int, _frame: Any) -> None:
-        stop.append(signum)
-
-    # Installed before the command starts, so a cancellation can never kill this agent and
-    # orphan the command. execve resets caught signals, so the command gets the defaults.
-    signal.signal(signal.SIGCHLD, lambda *_: None)
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(signum, on_stop)
-    options: Dict[str, Any] = {}
-    if identity is not None:
-        uid, gid, groups = identity
-        if sys.version_info >= (3, 9):
-            options = {"user": uid, "group": gid, "extra_groups": groups}
-        else:  # pragma: no cover - Python 3.8 guests only
-
-            def demote() -> None:
-                os.setgroups(groups)
-                os.setgid(gid)
-                os.setuid(uid)
-
-            options = {"preexec_fn": demote}
+    wake_r = catch_stop_signals(stop)
     try:
         proc = subprocess.Popen(
             argv,
@@ -271,7 +170,7 @@ def op_run(req: Frame) -> Frame:
             # Its own session and process group: timeout and cancellation kill exactly this
             # group, never what the command detached into a session of its own.
             start_new_session=True,
-            **options,
+            **run_as(identity),
         )
     except OSError as exc:
         if exc.errno == errno.E2BIG:
@@ -287,50 +186,141 @@ def op_run(req: Frame) -> Frame:
         staged: List[str] = [] if stdin == "inline" else list(stdin or [])
         _thread.start_new_thread(feed_stdin, (os.dup(proc.stdin.fileno()), pieces, staged))
         proc.stdin.close()
+    emit({"t": "start", "pg": proc.pid})
+    output = CommandOutput(req)
+    rc, timed_out = supervise(proc, output, stop, wake_r, req.get("timeout"))
+    output.close()
+    return {
+        "rc": exit_code(rc),
+        "n": output.total[1:],
+        "sp": output.spilled(),
+        "to": timed_out,
+        "ol": output.over,
+        "x": bool(stop),
+        "cwd": cwd,
+    }
+
+
+def command_cwd(req: Frame) -> Optional[str]:
+    """Where the command starts, symlinks resolved as ``cd -P`` would (created with ``mkcwd``)."""
+    cwd: Optional[str] = req.get("cwd")
+    if cwd is None:
+        try:
+            return os.getcwd()
+        except OSError:
+            return None  # removed under us: the command still starts there, as before
+    if req.get("mkcwd"):
+        ensure_dir(cwd)
+    if not stat.S_ISDIR(os.stat(cwd).st_mode):
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), cwd)
+    return os.path.realpath(cwd)
+
+
+def catch_stop_signals(stop: List[int]) -> int:
+    """Record SIGTERM, SIGINT and SIGHUP in ``stop``; return a descriptor that wakes a select.
+
+    Installed before the command starts, so a cancellation can never kill this agent and
+    orphan the command. execve resets caught signals, so the command gets the defaults.
+    """
+    import signal
+
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_r, False)
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+
+    def on_stop(signum: int, _frame: Any) -> None:
+        stop.append(signum)
+
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(signum, on_stop)
+    return wake_r
+
+
+def run_as(identity: Optional[List[Any]]) -> Dict[str, Any]:
+    """``Popen`` options that start the command as ``[uid, gid, groups]`` (none: as this agent)."""
+    if identity is None:
+        return {}
+    uid, gid, groups = identity
+    if sys.version_info >= (3, 9):
+        return {"user": uid, "group": gid, "extra_groups": groups}
+    else:  # pragma: no cover - Python 3.8 guests only
+
+        def demote() -> None:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+
+        return {"preexec_fn": demote}
+
+
+class CommandOutput:
+    """A command's two streams: deflated frames within the wire budget, the rest spilled.
+
+    Each stream is deflated on its own and flushed at every read, so output stays live; what
+    fits ``wire`` bytes of frames (under the platform's per-stream cap) is sent, the rest of a
+    stream that passes it is spilled to a job file. Past ``limit`` bytes a stream is cut and
+    :attr:`over` set.
+    """
+
+    def __init__(self, req: Frame) -> None:
+        self.req = req
+        self.limit, self.wire = req["limit"], req["wire"]
+        self.total = [0, 0, 0]
+        self.spill: List[Any] = [None, None, None]
+        self.packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
+        self.over = False
+
+    def send(self, index: int, data: bytes) -> bytes:
+        """Send what fits the wire budget; return the rest."""
+        while data:
+            fit = packed_fit(self.wire - sent_bytes[0])
+            if fit < min(len(data), 4096):
+                return data
+            piece, data = data[:fit], data[fit:]
+            packer = self.packers[index]
+            emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
+        return data
+
+    def take(self, index: int, data: bytes) -> None:
+        room = self.limit - self.total[index]
+        if len(data) > room:
+            data, self.over = data[: max(room, 0)], True
+        self.total[index] += len(data)
+        if self.spill[index] is None:
+            data = self.send(index, data)
+            if data:
+                self.spill[index] = open(os.path.join(job_dir(self.req), str(index)), "wb")
+        if data:
+            self.spill[index].write(data)
+
+    def spilled(self) -> List[Optional[str]]:
+        return [None if h is None else h.name for h in self.spill[1:]]
+
+    def close(self) -> None:
+        for handle in self.spill:
+            if handle is not None:
+                handle.close()
+
+
+def supervise(
+    proc: Any, output: CommandOutput, stop: List[int], wake_r: int, timeout: Optional[float]
+) -> Tuple[int, bool]:
+    """Pump the command's output until it has exited; return its code and whether it timed out.
+
+    The command's group is killed past its timeout or output limit, or when asked to stop.
+    """
+    import selectors
+    import signal
 
     pgid = proc.pid
-    emit({"t": "start", "pg": pgid})
     sel = selectors.DefaultSelector()
     sel.register(wake_r, selectors.EVENT_READ, 0)
-    assert proc.stdout is not None
-    assert proc.stderr is not None
     pipes = {1: proc.stdout.fileno(), 2: proc.stderr.fileno()}
     for index, fd in pipes.items():
         os.set_blocking(fd, False)
         sel.register(fd, selectors.EVENT_READ, index)
-    total = [0, 0, 0]
-    spill: List[Any] = [None, None, None]
-    # Each stream is deflated on its own and flushed at every read, so output stays live; what
-    # fits ``wire`` bytes of frames (under the platform's per-stream cap) is sent, the rest of
-    # a stream that passes it is spilled to a job file.
-    packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
-    over = False
-
-    def send(index: int, data: bytes) -> bytes:
-        """Send what fits the wire budget; return the rest."""
-        while data:
-            fit = packed_fit(wire - _sent[0])
-            if fit < min(len(data), 4096):
-                return data
-            piece, data = data[:fit], data[fit:]
-            packer = packers[index]
-            emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
-        return data
-
-    def take(index: int, data: bytes) -> None:
-        nonlocal over
-        room = limit - total[index]
-        if len(data) > room:
-            data, over = data[: max(room, 0)], True
-        total[index] += len(data)
-        if spill[index] is None:
-            data = send(index, data)
-            if data:
-                spill[index] = open(os.path.join(job_dir(req), str(index)), "wb")
-        if data:
-            spill[index].write(data)
-
-    timeout = req.get("timeout")
     started = time.monotonic()
     deadline: Optional[float] = None if timeout is None else started + timeout
     timed_out = False
@@ -344,8 +334,8 @@ def op_run(req: Frame) -> Frame:
             rc = proc.poll()
             if rc is not None:
                 exited_at = last_data = now
-        if (over or (deadline is not None and now >= deadline)) and rc is None:
-            timed_out = timed_out or not over
+        if (output.over or (deadline is not None and now >= deadline)) and rc is None:
+            timed_out = timed_out or not output.over
             kill_group(pgid, signal.SIGKILL)
             deadline = None
         if stop and stop_at is None:
@@ -377,281 +367,14 @@ def op_run(req: Frame) -> Frame:
                 continue
             if data:
                 last_data = time.monotonic()
-                take(key.data, data)
+                output.take(key.data, data)
             else:
                 sel.unregister(key.fd)
     if rc is None:
         rc = proc.wait()
-    for handle in spill:
-        if handle is not None:
-            handle.close()
     proc.stdout.close()
     proc.stderr.close()
-    return {
-        "rc": exit_code(rc),
-        "n": total[1:],
-        "sp": [None if h is None else h.name for h in spill[1:]],
-        "to": timed_out,
-        "ol": over,
-        "x": bool(stop),
-        "cwd": cwd,
-    }
-
-
-def entry(path: str, name: str) -> List[Any]:
-    """``[name, kind, is_dir (following links), size of a regular file, mode, mtime_ns, link]``."""
-    st = os.lstat(path)
-    kind = "other"
-    for test, label in (
-        (stat.S_ISREG, "file"),
-        (stat.S_ISDIR, "dir"),
-        (stat.S_ISLNK, "symlink"),
-        (stat.S_ISFIFO, "fifo"),
-        (stat.S_ISSOCK, "socket"),
-        (stat.S_ISCHR, "char"),
-        (stat.S_ISBLK, "block"),
-    ):
-        if test(st.st_mode):
-            kind = label
-            break
-    target = st
-    link = None
-    if kind == "symlink":
-        link = os.readlink(path)
-        try:
-            target = os.stat(path)
-        except OSError:
-            pass  # dangling or looping: describe the link itself
-    size = target.st_size if stat.S_ISREG(target.st_mode) else None
-    return [
-        name,
-        kind,
-        stat.S_ISDIR(target.st_mode),
-        size,
-        stat.S_IMODE(st.st_mode),
-        st.st_mtime_ns,
-        link,
-    ]
-
-
-def op_stat(req: Frame) -> Frame:
-    """Describe one path."""
-    path = req["path"]
-    return {"e": entry(path, os.path.basename(path))}
-
-
-def op_list(req: Frame) -> Frame:
-    """List a directory in frames of entries; past the budget the rest spills to a job file."""
-    path = req["path"]
-    budget = req["budget"]
-    sent = 0
-    batch: List[Any] = []
-    size = 0
-    spilled = None
-    count = 0
-    with os.scandir(path) as entries:
-        for item in entries:
-            try:
-                row = entry(item.path, item.name)
-            except FileNotFoundError:
-                continue  # removed while we listed
-            count += 1
-            line = json.dumps(row, separators=(",", ":"))
-            if spilled is not None:
-                spilled.write(line + "\n")
-                continue
-            if sent + size + len(line) > budget:
-                if batch:
-                    emit({"t": "e", "e": batch})
-                    batch = []
-                spilled = open(os.path.join(job_dir(req), "list"), "w", encoding="ascii")
-                spilled.write(line + "\n")
-                continue
-            batch.append(row)
-            size += len(line) + 1
-            if size > FRAME_BYTES:
-                emit({"t": "e", "e": batch})
-                sent += size
-                batch, size = [], 0
-    if batch:
-        emit({"t": "e", "e": batch})
-    if spilled is not None:
-        spilled.close()
-    return {"n": count, "sp": None if spilled is None else spilled.name}
-
-
-def op_exists(req: Frame) -> Frame:
-    """Whether the path exists, following symlinks (a dangling link does not exist)."""
-    return {"v": os.path.exists(req["path"])}
-
-
-def op_realpath(req: Frame) -> Frame:
-    """``os.path.realpath``: links resolved, missing components kept, loops not followed."""
-    return {"v": os.path.realpath(req["path"])}
-
-
-def op_mkdir(req: Frame) -> Frame:
-    """``mkdir -p``: an existing directory is fine, an existing file is FileExistsError."""
-    os.makedirs(req["path"], exist_ok=True)
-    return {}
-
-
-def op_remove(req: Frame) -> Frame:
-    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths."""
-    path = req["path"].rstrip("/") or "/"
-    head, name = os.path.split(path)
-    if name not in ("", ".", "..") and os.path.islink(path):
-        canonical = os.path.join(os.path.realpath(head), name)
-    else:
-        canonical = os.path.realpath(path)
-    for protected in ["/"] + [os.path.realpath(p) for p in req.get("protect", [])]:
-        if canonical == protected or protected.startswith(canonical.rstrip("/") + "/"):
-            return {"refused": canonical}
-    # Remove the checked path itself, not a spelling of it that could resolve differently.
-    if stat.S_ISDIR(os.lstat(canonical).st_mode):
-        import shutil
-
-        shutil.rmtree(canonical)
-    else:
-        os.unlink(canonical)
-    return {}
-
-
-def open_regular(path: str) -> Any:
-    """Open for reading without blocking on a FIFO; only regular files pass."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    st = os.fstat(fd)
-    if stat.S_ISREG(st.st_mode):
-        os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb"), st
-    os.close(fd)
-    if stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    raise OSError(errno.EINVAL, "Not a regular file", path)
-
-
-def identity(st: os.stat_result) -> List[int]:
-    """What must stay the same between the chunks of one read."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
-
-
-def copy_range(source: Any, out: str, length: int) -> int:
-    """Copy up to ``length`` bytes to a fresh job file, a block at a time."""
-    copied = 0
-    with open(out, "wb") as target:
-        while copied < length:
-            block = source.read(min(COPY_BYTES, length - copied))
-            if not block:
-                break
-            target.write(block)
-            copied += len(block)
-    return copied
-
-
-def op_read(req: Frame) -> Frame:
-    """Small files come back in frames; large ones are named for the host to fetch.
-
-    Up to ``zip`` bytes, a file whose zlib form fits the ``inline`` budget comes back in frames
-    too (text usually does), which saves the host a second request.
-    """
-    handle, st = open_regular(req["path"])
-    with handle:
-        size = st.st_size
-        if req["inline"] < size <= req.get("zip", 0):
-            data = handle.read(size)
-            packed = zlib.compress(data, 1)
-            if len(packed) <= req["inline"]:
-                emit_data("d", packed)
-                return {"n": len(data), "z": True}
-            handle.seek(0)
-        if size <= req["inline"]:
-            # What was there when it was opened; a file growing meanwhile is read up to that.
-            data = handle.read(size)
-            emit_data("d", data)
-            return {"n": len(data)}
-        result: Frame = {"size": size, "id": identity(st)}
-        # "copy": the host cannot name this path to the files endpoint (not UTF-8), so it
-        # fetches a job copy instead, even of a file that fits one chunk.
-        if size > req["chunk"] or req.get("copy"):
-            out = os.path.join(job_dir(req), "chunk")
-            result["part"] = [out, copy_range(handle, out, req["chunk"])]
-        return result
-
-
-def op_chunk(req: Frame) -> Frame:
-    """Copy one chunk of a large file to the job file, if the file is still the same one."""
-    handle, st = open_regular(req["path"])
-    with handle:
-        if identity(st) != req["id"]:
-            raise OSError(errno.EAGAIN, "File changed while it was being read", req["path"])
-        handle.seek(req["off"])
-        out = os.path.join(job_dir(req), "chunk")
-        return {"part": [out, copy_range(handle, out, req["len"])]}
-
-
-def ensure_dir(path: str) -> None:
-    """``mkdir -p``; a file in the way is NotADirectoryError."""
-    try:
-        os.makedirs(path, exist_ok=True)
-    except FileExistsError:
-        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), path) from None
-
-
-def op_write(req: Frame) -> Frame:
-    """Write through symlinks into a temporary sibling, then rename it over the target."""
-    path = req["path"]
-    real = os.path.realpath(path)
-    parent, name = os.path.split(real)
-    try:
-        st: Optional[os.stat_result] = os.stat(real)
-    except FileNotFoundError:
-        st = None
-    if st is None:
-        ensure_dir(parent)
-    elif stat.S_ISDIR(st.st_mode):
-        raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), path)
-    elif not stat.S_ISREG(st.st_mode):
-        raise OSError(errno.EINVAL, "Not a regular file", path)
-    elif not os.access(real, os.W_OK):
-        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
-    temporary = os.path.join(parent, ".lizard-%s.tmp" % req["call"])
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    written = 0
-    try:
-        with os.fdopen(fd, "wb") as target:
-            if st is not None:
-                # Replace, but keep what a rewrite in place would have kept.
-                os.fchmod(target.fileno(), stat.S_IMODE(st.st_mode))
-                try:
-                    os.fchown(target.fileno(), st.st_uid, st.st_gid)
-                except OSError:
-                    pass
-            for piece in req["pieces"]:
-                block = binascii.a2b_base64(piece)
-                target.write(block)
-                written += len(block)
-            for staged in req.get("staged", []):
-                with open(staged, "rb") as source:
-                    while True:
-                        block = source.read(COPY_BYTES)
-                        if not block:
-                            break
-                        target.write(block)
-                        written += len(block)
-                os.unlink(staged)  # frees the disk as the copy proceeds
-        os.replace(temporary, real)
-        if req.get("staged"):
-            try:
-                os.rmdir(os.path.dirname(req["staged"][0]))  # the upload's job directory
-            except OSError:
-                pass
-    except BaseException:
-        try:
-            os.unlink(temporary)
-        except OSError:
-            pass
-        raise
-    return {"n": written}
+    return rc, timed_out
 
 
 def op_signal(req: Frame) -> Frame:

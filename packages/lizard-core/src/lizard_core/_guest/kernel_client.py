@@ -59,9 +59,24 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 
     Frame = Dict[str, Any]
 
+from ._client_daemon import (
+    NeedSource,
+    Refused,
+    StartLock,
+    alive,
+    connect,
+    is_daemon,
+    kernel_dir,
+    kill_daemon,
+    log_tail,
+    peer_pid,
+    read_pid,
+    runs_version,
+    start_daemon,
+)
+from ._prelude import JOBS_ROOT, cleanup, frame_line
+
 T0 = time.monotonic()
-# The guest protocol's job directories (see the agent); ``rm`` may name only these.
-JOBS_ROOT = "/tmp/.lizard-core"
 START = b'{"t":"cell"'
 FINAL = b'{"t":"end"'
 # While queued behind another request, how often to check whether its client is gone.
@@ -69,7 +84,7 @@ QUEUE_POLL = 0.25
 
 
 def emit(obj: Frame) -> None:
-    write_all((json.dumps(obj, separators=(",", ":")) + "\n").encode())
+    write_all(frame_line(obj))
 
 
 def write_all(data: bytes) -> None:
@@ -93,231 +108,6 @@ def error(name: str, message: str, traceback: str = "") -> Frame:
     return {"name": name, "message": message, "traceback": traceback}
 
 
-class Refused(Exception):
-    pass
-
-
-def private_dir(path: str) -> str:
-    """Create ``path`` 0700 if missing; refuse it unless it is our own private real directory."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise Refused("%s is not a directory" % path)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise Refused("%s is not private to uid %d" % (path, os.getuid()))
-    return path
-
-
-def kernel_dir(key: str) -> str:
-    root = os.environ.get("TMPDIR") or "/tmp"
-    base = private_dir(os.path.join(root, ".lizard-kernel-%d" % os.getuid()))
-    return private_dir(os.path.join(base, key))
-
-
-def read_pid(directory: str) -> int:
-    try:
-        with open(os.path.join(directory, "pid")) as f:
-            pid = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return pid if is_daemon(pid, directory) else 0
-
-
-def is_daemon(pid: int, directory: str) -> bool:
-    """True when ``pid`` is alive and is this directory's daemon (pids get reused)."""
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = f.read().split(b"\0")
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            state = f.read().rsplit(b")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z" and directory.encode() in argv
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
-        return False
-
-
-def kill_group(pid: int) -> None:
-    """SIGKILL the daemon's process group (or the daemon alone) and wait until it is gone."""
-    try:
-        group = os.getpgid(pid)
-    except OSError:
-        return
-    try:
-        if group == pid:
-            os.killpg(pid, signal.SIGKILL)
-        else:
-            os.kill(pid, signal.SIGKILL)
-    except OSError:
-        pass
-    end = time.monotonic() + 5
-    while alive(pid) and time.monotonic() < end:
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reaps it when we started it
-        except ChildProcessError:
-            pass
-        time.sleep(0.002)
-
-
-def connect(directory: str) -> _socket.socket:
-    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
-    path = os.path.join(directory, "sock")
-    dir_fd = None
-    if len(path.encode()) > 100:
-        # A Unix socket address holds 108 bytes; a deep TMPDIR (lizard-local's host mode)
-        # needs more. The directory's descriptor gives the same file a short name.
-        dir_fd = os.open(directory, os.O_RDONLY)
-        path = "/proc/self/fd/%d/sock" % dir_fd
-    try:
-        sock.connect(path)
-    except OSError:
-        sock.close()
-        raise
-    finally:
-        if dir_fd is not None:
-            os.close(dir_fd)
-    return sock
-
-
-def log_tail(directory: str, kernel: Optional[str] = None, size: int = 2000) -> str:
-    """The end of the daemon log; with ``kernel``, only what that daemon wrote (a fault dump)."""
-    try:
-        with open(os.path.join(directory, "daemon.log"), "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 262144))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-    if kernel:
-        marker = "kernel %s " % kernel
-        at = text.rfind(marker)
-        if at < 0:
-            return ""
-        text = text[at:].split("\n", 1)[1] if "\n" in text[at:] else ""
-    return text[-size:]
-
-
-class Lock:
-    """Serialises starting and stopping the daemon between concurrent clients."""
-
-    def __init__(self, directory: str) -> None:
-        self.fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
-
-    def __enter__(self) -> Lock:
-        import fcntl
-
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)  # releases the lock
-
-
-def daemon_name(req: Frame) -> str:
-    sha = "".join(c for c in str(req.get("daemon_sha") or "") if c.isalnum())[:16]
-    return "kernel_daemon-%s.py" % sha
-
-
-def daemon_path(directory: str, req: Frame) -> Optional[str]:
-    """The daemon's source in the kernel directory, written from the request when missing."""
-    path = os.path.join(directory, daemon_name(req))
-    if not os.path.exists(path):
-        source = req.get("daemon")
-        if not source:
-            return None
-        import zlib
-
-        data = zlib.decompress(binascii.a2b_base64(source))
-        tmp = path + ".%d" % os.getpid()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            os.write(fd, data)
-        finally:
-            os.close(fd)
-        os.rename(tmp, path)
-    return path
-
-
-def runs_version(pid: int, req: Frame) -> bool:
-    """True when the daemon ``pid`` runs the daemon version this request was written for."""
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = f.read().split(b"\0")
-    except OSError:
-        return True  # no /proc: nothing to compare, trust it
-    return len(argv) > 1 and argv[1].endswith(daemon_name(req).encode())
-
-
-class NeedSource(Exception):
-    pass
-
-
-def start_daemon(directory: str, req: Frame) -> _socket.socket:
-    """Start a daemon (the lock is held) and return a connection to it once it listens."""
-    import subprocess
-
-    path = daemon_path(directory, req)
-    if path is None:
-        raise NeedSource()
-    cwd = req.get("cwd") or ""
-    if cwd:
-        os.makedirs(cwd, exist_ok=True)
-    sock_path = os.path.join(directory, "sock")
-    for name in ("sock", "pid", "busy"):
-        try:
-            os.unlink(os.path.join(directory, name))
-        except FileNotFoundError:
-            pass
-    log_path = os.path.join(directory, "daemon.log")
-    try:
-        if os.path.getsize(log_path) > 8 * 1024 * 1024:
-            os.unlink(log_path)
-    except OSError:
-        pass
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        proc = subprocess.Popen(
-            [sys.executable, path, directory, cwd],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=log,
-            start_new_session=True,
-            close_fds=True,
-            cwd=cwd or None,
-        )
-    finally:
-        os.close(log)
-    with open(os.path.join(directory, "pid"), "w") as f:
-        f.write("%d\n" % proc.pid)
-    deadline = time.monotonic() + float(req.get("start_timeout") or 60)
-    delay = 0.001
-    while True:
-        if os.path.exists(sock_path):
-            try:
-                return connect(directory)
-            except OSError:
-                pass
-        if proc.poll() is not None:
-            raise Refused(
-                "the kernel daemon exited while starting (code %s): %s"
-                % (proc.returncode, log_tail(directory).strip() or "no output")
-            )
-        if time.monotonic() > deadline:
-            kill_group(proc.pid)
-            raise Refused("the kernel daemon did not start in time: " + log_tail(directory))
-        time.sleep(delay)
-        delay = min(delay * 2, 0.02)
-
-
 def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optional[str]]:
     """Connect to the running daemon, or start one.
 
@@ -333,7 +123,7 @@ def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optio
         if runs_version(peer_pid(sock), req):
             return sock, False, None
         sock.close()
-    with Lock(directory):
+    with StartLock(directory):
         lost = None
         try:
             sock = connect(directory)  # another client may have started it meanwhile
@@ -347,18 +137,12 @@ def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optio
             if runs_version(pid, req):
                 return sock, False, None
             sock.close()
-            kill_group(pid)
+            kill_daemon(pid)
             lost = "replaced"
         stale = read_pid(directory)
         if stale:
-            kill_group(stale)
+            kill_daemon(stale)
         return start_daemon(directory, req), True, lost
-
-
-def peer_pid(sock: _socket.socket) -> int:
-    # struct ucred {pid_t pid; uid_t uid; gid_t gid;}: three native 32-bit ints, pid first.
-    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
-    return int.from_bytes(creds[:4], sys.byteorder, signed=True)
 
 
 LOST_DEAD = (
@@ -514,9 +298,9 @@ def restart_stuck(directory: str, req: Frame, pid: int) -> _socket.socket:
 
     Another queued client may have done it first: then connect to the daemon it started.
     """
-    with Lock(directory):
+    with StartLock(directory):
         if read_pid(directory) == pid:
-            kill_group(pid)
+            kill_daemon(pid)
             return start_daemon(directory, req)
     return open_kernel(directory, req)[0]
 
@@ -527,9 +311,9 @@ def replace_daemon(directory: str, req: Frame, pid: int) -> None:
     A fresh daemon that fails to start is left to the next call to report: this call's own
     outcome (a timeout, a death) is what the caller must hear now.
     """
-    with Lock(directory):
+    with StartLock(directory):
         if pid:
-            kill_group(pid)
+            kill_daemon(pid)
         try:
             start_daemon(directory, req).close()
         except (Refused, NeedSource, OSError):
@@ -586,19 +370,6 @@ def remove_staged(paths: List[str]) -> None:
             pass
 
 
-def cleanup(paths: Optional[List[str]]) -> None:
-    """Remove job directories the host has finished with (the guest protocol's ``rm``).
-
-    Every guest request carries them, whichever program runs; only directories directly under
-    the protocol's job root are touched.
-    """
-    import shutil
-
-    for path in paths or ():
-        if os.path.dirname(os.path.normpath(str(path))) == JOBS_ROOT:
-            shutil.rmtree(path, ignore_errors=True)
-
-
 def main() -> None:
     emit({"t": "pid", "pid": os.getpid()})
     parts = int(sys.argv[2])
@@ -625,10 +396,10 @@ def main() -> None:
                 os.kill(pid, signal.SIGINT)
             final(running=bool(pid))
         elif op == "restart":
-            with Lock(directory):
+            with StartLock(directory):
                 pid = read_pid(directory)
                 if pid:
-                    kill_group(pid)
+                    kill_daemon(pid)
                 try:
                     sock = start_daemon(directory, req)
                 except NeedSource:
@@ -637,10 +408,10 @@ def main() -> None:
             req["body"] = {"op": "ping"}
             relay(directory, req, sock, True, None)
         elif op == "close":
-            with Lock(directory):
+            with StartLock(directory):
                 pid = read_pid(directory)
                 if pid:
-                    kill_group(pid)
+                    kill_daemon(pid)
                 import shutil
 
                 shutil.rmtree(directory, ignore_errors=True)

@@ -29,14 +29,13 @@ docs/adding-an-adapter.md.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from types import TracebackType
-from typing import ClassVar, Final
+from typing import Any, ClassVar, Final
 
 from lizard_core.commands import CommandResult, arun_command, run_command
+from lizard_core.checks import check_seconds, package_version
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.session import Session
 
@@ -52,21 +51,6 @@ OUTPUT_LIMIT: Final = 1024 * 1024
 
 INTEGRATION: Final = "__FRAMEWORK__"
 """The integration's name in the metadata of every sandbox it creates."""
-
-
-def _version() -> str:
-    try:
-        return metadata.version("__DIST__")
-    except metadata.PackageNotFoundError:  # a source tree that is not installed
-        return "0+unknown"
-
-
-def _check_timeout(timeout: object) -> float:
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
-        raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
-    if not math.isfinite(timeout) or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-    return float(timeout)
 
 
 @dataclass(frozen=True)
@@ -123,7 +107,7 @@ class LizardTool:
         envs: Mapping[str, str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> None:
-        self._timeout = _check_timeout(timeout)
+        self._timeout = check_seconds(timeout)
         config = SandboxConfig.from_env(
             api_key=api_key,
             api_url=api_url,
@@ -133,7 +117,7 @@ class LizardTool:
             lifetime_ms=lifetime_ms,
             envs=envs,
             integration=INTEGRATION,
-            integration_version=_version(),
+            integration_version=package_version("__DIST__"),
         )
         self._session = Session(config)
 
@@ -148,26 +132,15 @@ class LizardTool:
     def run(self, command: str) -> CommandOutput:
         """Run ``command`` with ``/bin/sh -c`` and wait for it (blocking)."""
         with tool_errors():
-            result = run_command(
-                self._session,
-                command,
-                shell=True,
-                timeout=self._timeout,
-                output_limit=OUTPUT_LIMIT,
-            )
-        return _output(result)
+            return _output(run_command(self._session, command, **self._options()))
 
     async def arun(self, command: str) -> CommandOutput:
         """Async :meth:`run`; cancelling the task stops the command."""
         with tool_errors():
-            result = await arun_command(
-                self._session,
-                command,
-                shell=True,
-                timeout=self._timeout,
-                output_limit=OUTPUT_LIMIT,
-            )
-        return _output(result)
+            return _output(await arun_command(self._session, command, **self._options()))
+
+    def _options(self) -> dict[str, Any]:
+        return {"shell": True, "timeout": self._timeout, "output_limit": OUTPUT_LIMIT}
 
     def close(self) -> None:
         """Destroy the sandbox (blocking); idempotent. A sandbox already gone counts as done."""

@@ -1,0 +1,256 @@
+"""Finding, starting and killing the kernel daemon of one key, for the kernel client.
+
+Part of the kernel client program (bundled into it by ``lizard_core._guest.source``).
+
+- The daemon's directory is private (0700, ours, not a symlink) or :class:`Refused`.
+- Starting and stopping the daemon is serialised between clients by :class:`StartLock`.
+- A daemon runs the version the host sent (its source's hash names the file); without that
+  source at hand the client asks for it (:class:`NeedSource`).
+- Killing the daemon kills its process group and waits until it is gone.
+"""
+
+from __future__ import annotations
+
+import _socket
+import binascii
+import os
+import signal
+import sys
+import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
+    from typing import Any, Dict, Optional
+
+    Frame = Dict[str, Any]
+
+
+class Refused(Exception):
+    pass
+
+
+def private_dir(path: str) -> str:
+    """Create ``path`` 0700 if missing; refuse it unless it is our own private real directory."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    if not os.path.isdir(path) or os.path.islink(path):
+        raise Refused("%s is not a directory" % path)
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise Refused("%s is not private to uid %d" % (path, os.getuid()))
+    return path
+
+
+def kernel_dir(key: str) -> str:
+    root = os.environ.get("TMPDIR") or "/tmp"
+    base = private_dir(os.path.join(root, ".lizard-kernel-%d" % os.getuid()))
+    return private_dir(os.path.join(base, key))
+
+
+def read_pid(directory: str) -> int:
+    try:
+        with open(os.path.join(directory, "pid")) as f:
+            pid = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+    return pid if is_daemon(pid, directory) else 0
+
+
+def is_daemon(pid: int, directory: str) -> bool:
+    """True when ``pid`` is alive and is this directory's daemon (pids get reused)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            state = f.read().rsplit(b")", 1)[-1].split()[0]
+    except OSError:
+        return False
+    return state != b"Z" and directory.encode() in argv
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except OSError:
+        return False
+
+
+def kill_daemon(pid: int) -> None:
+    """SIGKILL the daemon's process group (or the daemon alone) and wait until it is gone."""
+    try:
+        group = os.getpgid(pid)
+    except OSError:
+        return
+    try:
+        if group == pid:
+            os.killpg(pid, signal.SIGKILL)
+        else:
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    end = time.monotonic() + 5
+    while alive(pid) and time.monotonic() < end:
+        try:
+            os.waitpid(pid, os.WNOHANG)  # reaps it when we started it
+        except ChildProcessError:
+            pass
+        time.sleep(0.002)
+
+
+def connect(directory: str) -> _socket.socket:
+    sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    path = os.path.join(directory, "sock")
+    dir_fd = None
+    if len(path.encode()) > 100:
+        # A Unix socket address holds 108 bytes; a deep TMPDIR (lizard-local's host mode)
+        # needs more. The directory's descriptor gives the same file a short name.
+        dir_fd = os.open(directory, os.O_RDONLY)
+        path = "/proc/self/fd/%d/sock" % dir_fd
+    try:
+        sock.connect(path)
+    except OSError:
+        sock.close()
+        raise
+    finally:
+        if dir_fd is not None:
+            os.close(dir_fd)
+    return sock
+
+
+def log_tail(directory: str, kernel: Optional[str] = None, size: int = 2000) -> str:
+    """The end of the daemon log; with ``kernel``, only what that daemon wrote (a fault dump)."""
+    try:
+        with open(os.path.join(directory, "daemon.log"), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 262144))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+    if kernel:
+        marker = "kernel %s " % kernel
+        at = text.rfind(marker)
+        if at < 0:
+            return ""
+        text = text[at:].split("\n", 1)[1] if "\n" in text[at:] else ""
+    return text[-size:]
+
+
+class StartLock:
+    """Serialises starting and stopping the daemon between concurrent clients."""
+
+    def __init__(self, directory: str) -> None:
+        self.fd = os.open(os.path.join(directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+
+    def __enter__(self) -> StartLock:
+        import fcntl
+
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the lock
+
+
+def daemon_name(req: Frame) -> str:
+    sha = "".join(c for c in str(req.get("daemon_sha") or "") if c.isalnum())[:16]
+    return "kernel_daemon-%s.py" % sha
+
+
+def daemon_path(directory: str, req: Frame) -> Optional[str]:
+    """The daemon's source in the kernel directory, written from the request when missing."""
+    path = os.path.join(directory, daemon_name(req))
+    if not os.path.exists(path):
+        source = req.get("daemon")
+        if not source:
+            return None
+        import zlib
+
+        data = zlib.decompress(binascii.a2b_base64(source))
+        tmp = path + ".%d" % os.getpid()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, data)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)
+    return path
+
+
+def runs_version(pid: int, req: Frame) -> bool:
+    """True when the daemon ``pid`` runs the daemon version this request was written for."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            argv = f.read().split(b"\0")
+    except OSError:
+        return True  # no /proc: nothing to compare, trust it
+    return len(argv) > 1 and argv[1].endswith(daemon_name(req).encode())
+
+
+class NeedSource(Exception):
+    pass
+
+
+def start_daemon(directory: str, req: Frame) -> _socket.socket:
+    """Start a daemon (the lock is held) and return a connection to it once it listens."""
+    import subprocess
+
+    path = daemon_path(directory, req)
+    if path is None:
+        raise NeedSource()
+    cwd = req.get("cwd") or ""
+    if cwd:
+        os.makedirs(cwd, exist_ok=True)
+    sock_path = os.path.join(directory, "sock")
+    for name in ("sock", "pid", "busy"):
+        try:
+            os.unlink(os.path.join(directory, name))
+        except FileNotFoundError:
+            pass
+    log_path = os.path.join(directory, "daemon.log")
+    try:
+        if os.path.getsize(log_path) > 8 * 1024 * 1024:
+            os.unlink(log_path)
+    except OSError:
+        pass
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, path, directory, cwd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+            close_fds=True,
+            cwd=cwd or None,
+        )
+    finally:
+        os.close(log)
+    with open(os.path.join(directory, "pid"), "w") as f:
+        f.write("%d\n" % proc.pid)
+    deadline = time.monotonic() + float(req.get("start_timeout") or 60)
+    delay = 0.001
+    while True:
+        if os.path.exists(sock_path):
+            try:
+                return connect(directory)
+            except OSError:
+                pass
+        if proc.poll() is not None:
+            raise Refused(
+                "the kernel daemon exited while starting (code %s): %s"
+                % (proc.returncode, log_tail(directory).strip() or "no output")
+            )
+        if time.monotonic() > deadline:
+            kill_daemon(proc.pid)
+            raise Refused("the kernel daemon did not start in time: " + log_tail(directory))
+        time.sleep(delay)
+        delay = min(delay * 2, 0.02)
+
+
+def peer_pid(sock: _socket.socket) -> int:
+    # struct ucred {pid_t pid; uid_t uid; gid_t gid;}: three native 32-bit ints, pid first.
+    creds = sock.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
+    return int.from_bytes(creds[:4], sys.byteorder, signed=True)

@@ -1,0 +1,34 @@
+"""What every guest program shares, written once: bundled into each program that imports it.
+
+- :data:`JOBS_ROOT` is the one place guest programs keep job folders (spills, staged bodies,
+  chunks); the host's ``lizard_core._jobs`` names the same folder.
+- :func:`frame_line` is the wire form of one frame: compact ASCII JSON and a newline.
+- :func:`cleanup` removes the job folders a request names (``rm``), and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
+    from typing import Any, Dict, Iterable, Optional
+
+    Frame = Dict[str, Any]
+
+JOBS_ROOT = "/tmp/.lizard-core"
+
+
+def frame_line(frame: Frame) -> bytes:
+    """One frame as the line that carries it."""
+    return (json.dumps(frame, separators=(",", ":")) + "\n").encode("ascii")
+
+
+def cleanup(paths: Optional[Iterable[Any]]) -> None:
+    """Remove job directories the host has finished with (only directly under ``JOBS_ROOT``)."""
+    import shutil
+
+    for path in paths or ():
+        if os.path.dirname(os.path.normpath(str(path))) == JOBS_ROOT:
+            shutil.rmtree(path, ignore_errors=True)

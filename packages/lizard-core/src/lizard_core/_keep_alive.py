@@ -1,0 +1,136 @@
+"""Keep-alive: a sandbox in use does not expire; an idle one still does.
+
+Contract (the behaviour is :class:`~lizard_core.session.Session`'s, which mixes this in):
+
+- Off unless the session was made with ``keep_alive=True``.
+- A use that comes more than half a lifetime after the deadline was last set calls
+  ``set_timeout(lifetime_ms)`` first: at most one request per half lifetime, never one per
+  operation, and only one caller sends it.
+- While an operation is in flight (:meth:`KeepAlive.in_use`), a thread extends the lifetime
+  every half lifetime as well; it ends with the last operation or when the session closes.
+- Best effort: a failed extension is logged and tried again after :data:`RETRY_S`, never raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final, TypeVar
+
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import LizardIntegrationError
+
+__all__ = ["RETRY_S", "KeepAlive"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("lizard_core.session")
+
+RETRY_S: Final = 15.0
+"""After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later."""
+
+
+class KeepAlive:
+    """The keep-alive half of a session; the state it reads is the session's own."""
+
+    _config: SandboxConfig
+    _keep_alive: bool
+    _lock: threading.Lock
+    _closed: bool
+    _sandbox: Any
+    _sandbox_id: str | None
+    _extend_due: float | None
+    _in_flight: int
+    _keeper: threading.Thread | None
+    _keeper_wake: threading.Condition
+
+    def _extend(self, sandbox: Any) -> None:
+        """Set the sandbox's deadline a lifetime ahead (blocking); the session's own call."""
+        raise NotImplementedError
+
+    async def _aextend(self, sandbox: Any) -> None:
+        """Async :meth:`_extend`."""
+        raise NotImplementedError
+
+    def _extension_due(self) -> bool:
+        """Claim the next extension if it is due (so that only one caller sends it)."""
+        if not self._keep_alive:
+            return False
+        now = time.monotonic()
+        with self._lock:
+            if self._extend_due is None or now < self._extend_due or self._closed:
+                return False
+            self._extend_due = now + RETRY_S  # until this attempt succeeds
+            return True
+
+    def _extended(self, started: float, error: LizardIntegrationError | None) -> None:
+        if error is not None:
+            _log.warning("keep-alive for sandbox %s failed: %s", self._sandbox_id, error)
+            return
+        with self._lock:
+            self._extend_due = started + self._config.lifetime_ms / 2000
+
+    def _maybe_extend(self, sandbox: Any) -> None:
+        if not self._extension_due():
+            return
+        started = time.monotonic()
+        try:
+            self._extend(sandbox)
+        except LizardIntegrationError as error:
+            self._extended(started, error)
+        else:
+            self._extended(started, None)
+
+    async def _amaybe_extend(self, sandbox: Any) -> None:
+        if not self._extension_due():
+            return
+        started = time.monotonic()
+        try:
+            await self._aextend(sandbox)
+        except LizardIntegrationError as error:
+            self._extended(started, error)
+        else:
+            self._extended(started, None)
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Mark an operation in flight for the duration of the block (no request).
+
+        With keep-alive, a thread extends the lifetime every half lifetime while any operation
+        is in flight, so that one call longer than the lifetime (a long command or cell) does
+        not see its sandbox expire under it. The thread ends when the last one does.
+        """
+        if not self._keep_alive:
+            yield
+            return
+        with self._lock:
+            self._in_flight += 1
+            if self._keeper is None:
+                self._keeper = threading.Thread(
+                    target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
+                )
+                self._keeper.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._in_flight -= 1
+                self._keeper_wake.notify_all()
+
+    def _keep_alive_while_busy(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._in_flight == 0 or self._closed:
+                        self._keeper = None
+                        return
+                    now = time.monotonic()
+                    due = self._extend_due
+                    if self._sandbox is not None and due is not None and now >= due:
+                        sandbox = self._sandbox
+                        break
+                    self._keeper_wake.wait(None if due is None else max(due - now, 0.01))
+            self._maybe_extend(sandbox)
