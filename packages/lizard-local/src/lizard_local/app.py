@@ -222,8 +222,8 @@ class LizardApp:
         path = _SLASHES.sub("/", scope["path"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         control = path.startswith("/_local/")
-        timed_route: str | None = None
-        started = 0.0
+        timed_route = ""
+        started: float | None = None  # set once an /api request's added latency is paid
         try:
             route, exists = self._match(self.control if control else self.routes, method, path)
             if not control:
@@ -274,7 +274,7 @@ class LizardApp:
             await self._send(response, send)
         finally:
             # After the last byte (a streamed exec's exit event included), or the failed send.
-            if timed_route is not None and started:
+            if started is not None:
                 self.instr.served(timed_route, time.perf_counter() - started)
 
     def _authenticate(self, headers: dict[str, str]) -> None:
