@@ -155,7 +155,8 @@ def workspace(session: nox.Session) -> None:
     """Cross-package tests: lockstep versions, packaging, the adapter kit, and the python blocks
     of README.md, packages/*/README.md and docs/*.md (tests/test_docs_snippets.py says how they
     are marked to run against lizard-local or be skipped)."""
-    session.install(*_group("test"), "build", "hatchling>=1.27")
+    # matplotlib: tests/test_bench.py draws the benchmark chart of a tiny run.
+    session.install(*_group("test"), "build", "hatchling>=1.27", "matplotlib")
     # One install: a package that sorts before lizard-core needs it from this checkout.
     session.install(*[arg for package in PACKAGES for arg in ("-e", _path(package))])
     session.run("pytest", "tests", *session.posargs)
@@ -236,7 +237,9 @@ def bench(session: nox.Session) -> None:
     # lizard-local's `interpreter` template runs on this environment's site-packages: ipykernel
     # and jupyter_client keep 0.1.0's CodeSandbox state in a kernel, and pip, numpy and pillow let
     # 0.1.0's executor run the `pip install` of final_answer's requirements it runs in the cloud.
-    session.install(*ours, "ipykernel", "jupyter_client", "pip", "numpy", "pillow", "certifi")
+    session.install(
+        *ours, "ipykernel", "jupyter_client", "pip", "numpy", "pillow", "certifi", "matplotlib"
+    )
     frameworks_used = ("smolagents", "pydantic-ai-slim", "inspect-ai", "google-adk", "deepagents")
     pins = "from importlib.metadata import version as v; " + "; ".join(
         f"print('{name}==' + v('{name}'))" for name in frameworks_used

@@ -25,6 +25,7 @@ BENCH = Path(__file__).resolve().parents[1] / "shared" / "bench"
 sys.path.insert(0, str(BENCH))
 
 import catalogue  # noqa: E402
+import chart  # noqa: E402
 import driver  # noqa: E402
 import link  # noqa: E402
 import memory_probe  # noqa: E402
@@ -38,26 +39,34 @@ SLOW = Setting(20, 40)
 FAST = Setting(0)
 
 
-def sample(ms: float, requests: int = 1, connections: int | None = None, **routes: int) -> Sample:
+def sample(
+    ms: float,
+    requests: int = 1,
+    connections: int | None = None,
+    server_ms: float = 0.0,
+    **routes: int,
+) -> Sample:
     return Sample(
         seconds=ms / 1000,
         requests=requests,
         connections=requests if connections is None else connections,
         routes=routes or {"POST /api/sandboxes/{id}/exec": requests},
+        server_seconds=server_ms / 1000,
     )
 
 
-def make_run(**cells: dict[str, list[Sample]]) -> Run:
-    """A run at SLOW with the given cells: op name -> side -> samples."""
+def make_run(settings: tuple[Setting, ...] = (SLOW,), **cells: dict[str, list[Sample]]) -> Run:
+    """A run at ``settings`` (the same cells at each) : op name -> side -> samples."""
     result = Run(
-        settings=[SLOW],
+        settings=list(settings),
         operations=[catalogue.operation(name) for name in cells],
         sides=[REF, OURS, POOLED],
         reps=len(next(iter(next(iter(cells.values())).values()))),
     )
-    for name, by_side in cells.items():
-        for side, samples in by_side.items():
-            result.cell(SLOW, name, side).samples.extend(samples)
+    for setting in settings:
+        for name, by_side in cells.items():
+            for side, samples in by_side.items():
+                result.cell(setting, name, side).samples.extend(samples)
     return result
 
 
@@ -87,9 +96,19 @@ def test_repetitions_depend_on_the_kind_of_operation() -> None:
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 26
+    assert len(catalogue.OPERATIONS) == 27
     for target in catalogue.SPEED_TARGETS:
         assert catalogue.operation(target.operation).kind != "probe"
+    assert catalogue.operation("bare_exec") is catalogue.LIMIT
+    assert catalogue.LIMIT.kind == "limit"
+    assert [t.operation for t in catalogue.LIMIT_TARGETS] == [
+        "command_true",
+        "stat",
+        "step_trivial",
+    ]
+    for limit_target in catalogue.LIMIT_TARGETS:
+        assert not catalogue.operation(limit_target.operation).cold
+        assert limit_target.wall_setting == Setting(20)
     with pytest.raises(ValueError, match="unknown operation"):
         catalogue.operation("nope")
 
@@ -151,7 +170,8 @@ def test_setting_table_shows_counts_times_and_ratio() -> None:
     table = report.setting_table(result, SLOW)
     row = next(line for line in table.splitlines() if "command `true`" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
-    assert cells[1:] == ["6", "1", "6", "1", "700", "140", "0.20 (5.0× faster)"]
+    # No limit measured: server time still shows, the ratios to the limit do not.
+    assert cells[1:] == ["6", "1", "6", "1", "700", "140", "0.20 (5.0× faster)", "0.0", "–", "–"]
     stat_row = next(line for line in table.splitlines() if line.startswith("| stat"))
     assert "failed" in stat_row
     assert result.failures() == ["20+40 ms, stat, ours: GuestProtocolError: broken"]
@@ -177,6 +197,69 @@ def test_acceptance_marks_met_and_missed_targets() -> None:
     agent = next(line for line in lines if "CodeAgent" in line)
     assert agent.startswith("- ⚪")
     assert "not measured" in agent
+
+
+def test_setting_table_puts_ours_over_the_limit() -> None:
+    result = make_run(
+        bare_exec={
+            OURS: [sample(10, server_ms=3), sample(12, server_ms=4), sample(8, server_ms=2)]
+        },
+        command_true={REF: [sample(700, 6)] * 3, OURS: [sample(40, 1, server_ms=30)] * 3},
+    )
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+        for line in report.setting_table(result, SLOW).splitlines()[2:]
+    }
+    limit = rows[catalogue.LIMIT.label]
+    assert limit[1:] == ["–", "1", "–", "1", "–", "10.0", "–", "3.0", "1.0×", "1.0×"]
+    command = rows["command `true`"]
+    assert command[-3:] == ["30.0", "4.0×", "10.0×"]  # wall 40 / 10, server 30 / 3
+
+
+def test_limit_targets_judge_server_time_and_wall_time() -> None:
+    near = make_run(
+        (FAST, Setting(20)),
+        bare_exec={OURS: [sample(25, server_ms=3)]},
+        command_true={OURS: [sample(30, server_ms=8.5)]},  # 5.5 ms over, 1.2×
+        stat={OURS: [sample(40, server_ms=9.5)]},  # 6.5 ms over, 1.6×
+    )
+    lines = report.limit_lines(near)
+    command = [line for line in lines if line.startswith("- ") and "`run(['true'])`" in line]
+    assert command[0].startswith("- ✅")
+    assert "8.5 ms vs 3.0 ms at 0 ms; 8.5 ms vs 3.0 ms at 20 ms" in command[0]
+    assert command[1].startswith("- ✅")
+    assert "1.2× (30.0 ms vs 25.0 ms)" in command[1]
+    stat = [line for line in lines if "stat:" in line]
+    assert [line[:3] for line in stat] == ["- ❌", "- ❌"]
+    step = [line for line in lines if "x = 1 + 1" in line]
+    assert all(line.startswith("- ⚪") and "not measured" in line for line in step)
+    text = "\n".join(reading.reading_lines(near))
+    assert (
+        "- At 0 ms added (loopback) the bare exec of `true` takes 25.0 ms, 3.0 ms of it on the "
+        "server; against it, `run(['true'])` 5.5 ms more on the server, 1.2× its wall time; "
+        "stat 6.5 ms more on the server, 1.6× its wall time." in text
+    )
+    # The page carries them among its acceptance targets.
+    page = report.render_page(near, [])
+    assert command[0] in page
+    assert stat[1] in page
+
+
+def test_chart_rows_hold_each_side_and_the_limit() -> None:
+    result = make_run(
+        (FAST, SLOW),
+        bare_exec={OURS: [sample(5)]},
+        command_true={REF: [sample(700)], OURS: [sample(40)]},
+        stat={OURS: [sample(20)]},
+        probe_pooled={OURS: [sample(4)]},
+    )
+    rows = report.chart_rows(result, FAST)
+    assert rows == [
+        report.ChartRow("command `true`", 700.0, 40.0, 5.0),
+        report.ChartRow("stat", None, 20.0, 5.0),
+    ]
+    assert chart.chart_settings(result) == [FAST]  # connection latency is left out
+    assert report.chart_rows(make_run(stat={OURS: [sample(20)]}), SLOW) == []
 
 
 def test_pooled_table_compares_ours_with_the_pooled_what_if() -> None:
@@ -415,7 +498,7 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
             "--latency-at",
             latency_at,
             "--ops",
-            "command_true",
+            "bare_exec,command_true",
             "--settings",
             "0",
             "--reps",
@@ -443,5 +526,15 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
     assert result.environments[OURS]["versions"]["lizard-core"]
     assert result.machine["isolation"] in ("namespace", "host")
     assert result.machine["latency_at"] == latency_at
-    page = report.render_page(result, reading.reading_lines(result))
+    limit = result.get(Setting(0), "bare_exec", OURS)
+    assert limit is not None
+    assert list(limit.requests) == [1, 1, 1]
+    assert limit.connections[2] == 0  # the kept-alive connection
+    assert result.get(Setting(0), "bare_exec", POOLED) is None  # the limit runs on our side only
+    for timed in (cell, limit):
+        assert all(0 < s.server_seconds <= s.seconds for s in timed.samples)
+    assert chart.render_chart(result, tmp_path / "performance.png")
+    assert (tmp_path / "performance.png").read_bytes().startswith(b"\x89PNG")
+    page = report.render_page(result, reading.reading_lines(result), "performance.png")
     assert "command `true`" in page
+    assert "](performance.png)" in page

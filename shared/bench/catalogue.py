@@ -12,7 +12,8 @@ through the four tools of ``lizard_adk.LizardPlugin`` (0.1.1 on the reference si
 interface both versions have), Deep Agents operations through ``langchain_lizard.LizardSandbox``
 wrapping a ``lizard.Sandbox`` (0.1.0's constructor). Probes are raw HTTP requests (no adapter)
 that price a new connection against a reused one; they run in this repository's environment
-only.
+only, as does the limit: lizard-sdk's own exec of ``true`` over one kept-alive connection, the
+least any operation that runs something in the sandbox can cost.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "LIMIT",
+    "LIMIT_TARGETS",
     "OPERATIONS",
     "PROBES",
     "QUICK_OPERATIONS",
     "REQUEST_TARGETS",
     "SETTINGS",
     "SPEED_TARGETS",
+    "LimitTarget",
     "Operation",
     "Setting",
     "SpeedTarget",
@@ -36,7 +40,7 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "probe"]
+Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,13 @@ class Operation:
     """Every repetition starts from nothing (a new sandbox), so no warm-up run precedes it."""
 
 
+LIMIT: Final = Operation(
+    "bare_exec", "limit: bare SDK exec of `true`, one kept-alive connection", "limit"
+)
+"""The floor every row is compared with: no adapter, no guest program, no new connection."""
+
 OPERATIONS: Final = (
+    LIMIT,
     Operation(
         "first_use", "first use of a sandbox (new backend, `run(['true'])`)", "workspace", True
     ),
@@ -98,7 +108,14 @@ PROBES: Final = (
     Operation("probe_pooled", "one kept-alive connection (a pooled client)", "probe"),
 )
 
-QUICK_OPERATIONS: Final = ("first_use", "command_true", "read_1k", "stat", "step_trivial")
+QUICK_OPERATIONS: Final = (
+    "bare_exec",
+    "first_use",
+    "command_true",
+    "read_1k",
+    "stat",
+    "step_trivial",
+)
 """``--quick`` runs these (plus the probes) with fewer repetitions."""
 
 
@@ -200,3 +217,32 @@ SPEED_TARGETS: Final = (
     SpeedTarget("step_trivial", 4, "a warm smolagents step"),
     SpeedTarget("code_agent_3_steps", 3, "a 3-step CodeAgent run"),
 )
+
+
+@dataclass(frozen=True)
+class LimitTarget:
+    """Ours on ``operation`` close to the limit: server time and wall time."""
+
+    operation: str
+    what: str
+    server_margin_s: float = 0.006
+    """Server-side time at most this much above the limit's (at every setting measured)."""
+    wall_factor: float = 1.3
+    """Wall time at most this many times the limit's, at ``wall_setting``."""
+    wall_setting: Setting = Setting(20)
+
+    def server_met(self, ours_s: float, limit_s: float) -> bool:
+        """Whether ours' server-side time is within the margin of the limit's."""
+        return ours_s - limit_s <= self.server_margin_s
+
+    def wall_met(self, ours_s: float, limit_s: float) -> bool:
+        """Whether ours' wall time is within the factor of the limit's."""
+        return ours_s <= self.wall_factor * limit_s
+
+
+LIMIT_TARGETS: Final = (
+    LimitTarget("command_true", "`run(['true'])`"),
+    LimitTarget("stat", "stat"),
+    LimitTarget("step_trivial", "a warm `x = 1 + 1` step"),
+)
+"""Operations whose guest-side cost should come close to a bare exec."""

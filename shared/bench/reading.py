@@ -7,7 +7,7 @@ and worded conditionally.
 
 from __future__ import annotations
 
-from catalogue import OPERATIONS, SPEED_TARGETS, Setting, operation
+from catalogue import LIMIT, LIMIT_TARGETS, OPERATIONS, SPEED_TARGETS, Setting, operation
 from report import OURS, POOLED, REF, Run, format_ms
 
 __all__ = ["reading_lines"]
@@ -133,6 +133,34 @@ def _memory_line(run: Run) -> str | None:
     )
 
 
+def _limit_lines(run: Run) -> list[str]:
+    """Per setting: how far the limit targets are from a bare exec, on the server and in all."""
+    lines = []
+    for setting in run.settings:
+        limit = run.get(setting, LIMIT.name, OURS)
+        if limit is None:
+            continue
+        measured = [
+            (target.what, cell)
+            for target in LIMIT_TARGETS
+            if (cell := run.get(setting, target.operation, OURS)) is not None
+        ]
+        if not measured:
+            continue
+        extra = "; ".join(
+            f"{what} {format_ms(cell.server_seconds - limit.server_seconds)} ms more on the "
+            f"server, {cell.seconds / limit.seconds:.1f}× its wall time"
+            for what, cell in measured
+        )
+        lines.append(
+            f"- At {setting.description} the bare exec of `true` takes "
+            f"{format_ms(limit.seconds)} ms, {format_ms(limit.server_seconds)} ms of it on the "
+            f"server; against it, {extra}. Time on the server beyond the bare exec's is spent "
+            "inside the sandbox, not on the network."
+        )
+    return lines
+
+
 def reading_lines(run: Run) -> list[str]:
     """Bullet lines for the page's "Reading" section."""
     lines: list[str] = []
@@ -142,6 +170,7 @@ def reading_lines(run: Run) -> list[str]:
             if line:
                 lines.append(line)
     lines += _target_lines(run)
+    lines += _limit_lines(run)
     lines += _connection_lines(run)
     memory = _memory_line(run)
     if memory:

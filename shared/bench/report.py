@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from catalogue import (
+    LIMIT,
+    LIMIT_TARGETS,
     OPERATIONS,
     PROBES,
     REQUEST_TARGETS,
@@ -28,13 +30,17 @@ __all__ = [
     "POOLED",
     "REF",
     "Cell",
+    "ChartRow",
     "Run",
     "Sample",
     "acceptance_lines",
+    "chart_rows",
     "format_count",
+    "format_limit_ratio",
     "format_ms",
     "format_ratio",
     "format_routes",
+    "limit_lines",
     "markdown_table",
     "memory_table",
     "pooled_table",
@@ -60,6 +66,8 @@ class Sample:
     requests: int
     connections: int
     routes: Mapping[str, int] = field(default_factory=dict)
+    server_seconds: float = 0.0
+    """lizard-local's time on the repetition's requests, latency excluded (summed)."""
 
 
 @dataclass
@@ -78,6 +86,11 @@ class Cell:
     def seconds(self) -> float:
         """Median wall time."""
         return statistics.median(s.seconds for s in self.samples)
+
+    @property
+    def server_seconds(self) -> float:
+        """Median server-side time."""
+        return statistics.median(s.server_seconds for s in self.samples)
 
     @property
     def requests(self) -> tuple[float, int, int]:
@@ -176,6 +189,11 @@ def format_ratio(value: float) -> str:
     return f"{value:.2f} ({value:.1f}× slower)"
 
 
+def format_limit_ratio(ours: float, limit: float) -> str:
+    """``3.1×``: how many times the limit's time ours takes (``–`` without a limit)."""
+    return f"{ours / limit:.1f}×" if limit > 0 else "–"
+
+
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """A Markdown table whose columns are padded, so it also reads well in a terminal."""
     widths = [len(h) for h in header]
@@ -231,8 +249,12 @@ def setting_table(run: Run, setting: Setting) -> str:
         f"ms {REF}",
         f"ms {OURS}",
         f"{OURS} / {REF}",
+        f"server ms {OURS}",
+        f"{OURS} / limit",
+        f"server {OURS} / limit",
     ]
     rows = []
+    limit = run.get(setting, LIMIT.name, OURS)
     for op in run.operations:
         if op.kind == "probe":
             continue
@@ -240,6 +262,7 @@ def setting_table(run: Run, setting: Setting) -> str:
         if not by_side:
             continue
         both = run.compared(setting, op.name)
+        ours = run.get(setting, op.name, OURS)
         rows.append(
             [
                 op.label,
@@ -250,6 +273,13 @@ def setting_table(run: Run, setting: Setting) -> str:
                 _dash(by_side.get(REF), "ms"),
                 _dash(by_side.get(OURS), "ms"),
                 format_ratio(ratio(both[1].seconds, both[0].seconds)) if both else "–",
+                "–" if ours is None else format_ms(ours.server_seconds),
+                "–"
+                if ours is None or limit is None
+                else format_limit_ratio(ours.seconds, limit.seconds),
+                "–"
+                if ours is None or limit is None
+                else format_limit_ratio(ours.server_seconds, limit.server_seconds),
             ]
         )
     return markdown_table(header, rows)
@@ -377,6 +407,79 @@ def acceptance_lines(run: Run) -> list[str]:
     return lines
 
 
+def limit_lines(run: Run) -> list[str]:
+    """One line per limit target: ours against the bare exec, server time and wall time."""
+    lines = []
+    for target in LIMIT_TARGETS:
+        label = f"{target.what}: server-side time within {target.server_margin_s * 1000:g} ms"
+        measured = [
+            (setting, ours, limit)
+            for setting in run.settings
+            if (ours := run.get(setting, target.operation, OURS)) is not None
+            and (limit := run.get(setting, LIMIT.name, OURS)) is not None
+        ]
+        if not measured:
+            lines.append(f"- ⚪ {label} of the bare exec's — not measured")
+        else:
+            met = all(
+                target.server_met(ours.server_seconds, limit.server_seconds)
+                for _, ours, limit in measured
+            )
+            values = "; ".join(
+                f"{format_ms(ours.server_seconds)} ms vs {format_ms(limit.server_seconds)} ms "
+                f"at {setting.name} ms"
+                for setting, ours, limit in measured
+            )
+            lines.append(f"- {'✅' if met else '❌'} {label} of the bare exec's — {values}")
+        wall = f"{target.what}: wall time at most {target.wall_factor:g}× the bare exec's"
+        where = f"at {target.wall_setting.description}"
+        ours = run.get(target.wall_setting, target.operation, OURS)
+        limit = run.get(target.wall_setting, LIMIT.name, OURS)
+        if ours is None or limit is None:
+            lines.append(f"- ⚪ {wall} {where} — not measured")
+            continue
+        mark = "✅" if target.wall_met(ours.seconds, limit.seconds) else "❌"
+        lines.append(
+            f"- {mark} {wall} {where} — {format_limit_ratio(ours.seconds, limit.seconds)} "
+            f"({format_ms(ours.seconds)} ms vs {format_ms(limit.seconds)} ms)"
+        )
+    return lines
+
+
+@dataclass(frozen=True)
+class ChartRow:
+    """One operation in the chart: median wall ms on each side and of the limit."""
+
+    label: str
+    ref_ms: float | None
+    ours_ms: float
+    limit_ms: float
+
+
+def chart_rows(run: Run, setting: Setting) -> list[ChartRow]:
+    """The operations ours measured at ``setting``, in table order, when the limit was measured."""
+    limit = run.get(setting, LIMIT.name, OURS)
+    if limit is None:
+        return []
+    rows = []
+    for op in run.operations:
+        if op.kind in ("probe", "limit"):
+            continue
+        ours = run.get(setting, op.name, OURS)
+        if ours is None:
+            continue
+        ref = run.get(setting, op.name, REF)
+        rows.append(
+            ChartRow(
+                op.label,
+                None if ref is None else ref.seconds * 1000,
+                ours.seconds * 1000,
+                limit.seconds * 1000,
+            )
+        )
+    return rows
+
+
 def memory_table(run: Run) -> str | None:
     """Peak RSS growth while writing and reading each size, per side."""
     rows = []
@@ -436,14 +539,26 @@ def _latency_paragraph(latency_at: str) -> str:
     )
 
 
-def render_page(run: Run, reading: Sequence[str]) -> str:
-    """The whole ``docs/performance.md``."""
+def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> str:
+    """The whole ``docs/performance.md``; ``chart`` is the file name of its chart, if drawn."""
     machine = run.machine
     parts = [
         "# Performance",
         "",
         "<!-- Generated by `nox -s bench` (shared/bench/run.py). Do not edit by hand: rerun. -->",
         "",
+    ]
+    if chart:
+        parts += [
+            f"![Median wall time per operation: 0.1.x, this repository, and the limit (a bare "
+            f"SDK exec of `true` on a kept-alive connection)]({chart})",
+            "",
+            "Median wall time per operation (log scale): the published 0.1.x packages, this "
+            "repository's, and the limit, a bare lizard-sdk exec of `true` on one kept-alive "
+            "connection, which no operation that runs something in the sandbox can beat.",
+            "",
+        ]
+    parts += [
         "Every request to Lizard is a network round trip, and an agent makes hundreds, so this "
         "page counts requests and new connections per operation and times them, for the "
         "published 0.1.0 packages and for this repository's, in one run against one lizard-local "
@@ -503,7 +618,10 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "",
         "Requests and new connections are lizard-local's counts for one repetition (median, with "
         "the range when repetitions differed); ms is the median wall time; the last column is "
-        "ours / 0.1.0 (below 1: ours is faster).",
+        "ours / 0.1.0 (below 1: ours is faster). Server ms is lizard-local's own time on the "
+        "operation's requests (from the end of the added latency to the end of the response, "
+        "a streamed exec's whole run included); ours / limit divides ours by the limit row, the "
+        "bare SDK exec of `true` on one kept-alive connection, in wall time and in server time.",
     ]
     for setting in run.settings:
         parts += ["", f"### {setting.description}", "", setting_table(run, setting)]
@@ -516,7 +634,7 @@ def render_page(run: Run, reading: Sequence[str]) -> str:
         "",
         routes_table(run, slowest),
     ]
-    parts += ["", "## Acceptance targets", "", *acceptance_lines(run)]
+    parts += ["", "## Acceptance targets", "", *acceptance_lines(run), *limit_lines(run)]
     probes = [(s, probe_table(run, s)) for s in run.settings]
     pooled = [(s, pooled_table(run, s)) for s in run.settings]
     if any(table for _, table in probes + pooled):

@@ -19,7 +19,8 @@ one untimed warm-up first. A third driver (``--pooled``, off by default since li
 its own connections) runs our packages with lizard-sdk's exec and files requests on one pooled
 client: the what-if that showed connection reuse was worth building. Host memory is measured
 last, at 0 ms, in a fresh process per side and file size (``memory_probe.py``). The tables go to
-stdout, the page to ``--output`` (default ``docs/performance.md``).
+stdout, the page to ``--output`` (default ``docs/performance.md``), its chart beside it (the
+same name, ``.png``).
 """
 
 from __future__ import annotations
@@ -55,7 +56,8 @@ from catalogue import (  # noqa: E402
     parse_settings,
     repetitions,
 )
-from link import Link  # noqa: E402  (siblings, found through the line above)
+from chart import render_chart  # noqa: E402  (siblings, found through the line above)
+from link import Link  # noqa: E402
 from reading import reading_lines  # noqa: E402
 from report import OURS, POOLED, REF, Run, Sample, render_page, setting_table  # noqa: E402
 
@@ -317,8 +319,8 @@ class Bench:
         return driver
 
     def sides_for(self, op: Operation) -> list[str]:
-        """Probes need no adapter: they run on our side only."""
-        return [OURS] if op.kind == "probe" else list(self.sides)
+        """Probes and the limit need no adapter: they run on our side only."""
+        return [OURS] if op.kind in ("probe", "limit") else list(self.sides)
 
     def repetition(self, op: Operation, side: str) -> Sample:
         """Prepare, reset the counters, act, read the counters, finish; raise on failure."""
@@ -341,6 +343,7 @@ class Bench:
             requests=int(counters["total"]),
             connections=int(counters["connections"]),
             routes=dict(counters["routes"]),
+            server_seconds=float(counters["seconds"]),
         )
 
     def measure(self) -> None:
@@ -489,8 +492,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark, print the tables, write the page; 1 if any operation failed."""
     args = parse_args(argv)
     run = measure(args)
-    page = render_page(run, reading_lines(run))
     args.output.parent.mkdir(parents=True, exist_ok=True)
+    chart = args.output.with_suffix(".png")
+    chart_written = render_chart(run, chart)
+    page = render_page(run, reading_lines(run), chart.name if chart_written else None)
     args.output.write_text(page, encoding="utf-8")
     _log(f"wrote {args.output}")
     failures = run.failures()

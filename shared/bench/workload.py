@@ -89,6 +89,7 @@ class Workload:
         self._probe_client: Any = None
         self._deepagents: Any = None  # (lizard.Sandbox, langchain_lizard.LizardSandbox)
         self._probe_ssl: ssl.SSLContext | None = None
+        self._bare: Any = None  # (lizard.Sandbox on the warm backend's sandbox, httpx.Client)
         self._plugin: Any = None
         # What ADK's ToolContext gives a tool: the invocation's id (one warm invocation here).
         self._adk_context = SimpleNamespace(invocation_id="bench")
@@ -207,6 +208,9 @@ class Workload:
         if self._probe_client is not None:
             self._probe_client.close()
             self._probe_client = None
+        if self._bare is not None:
+            self._bare[1].close()  # the sandbox is the workspace backend's, closed with it
+            self._bare = None
         self.loop.close()
         if errors:
             raise WorkloadError("; ".join(errors))
@@ -537,6 +541,37 @@ class Workload:
         client = self._probe_client
         prepared = self._probe(lambda url, h, body: client.post(url, headers=h, json=body))
         # Open (or refresh) the kept-alive connection now, so the timed request reuses it.
+        prepared.check(prepared.act())
+        return prepared
+
+    # ── the limit: lizard-sdk's own exec, one kept-alive connection, nothing else ──
+
+    def _op_bare_exec(self) -> Prepared:
+        import httpx
+        from lizard import Sandbox
+
+        if self._bare is None:
+            backend, _ = self._workspace()
+            client = httpx.Client(limits=httpx.Limits(keepalive_expiry=4.0))
+            self._bare = (Sandbox.connect(backend.ref.id), client)
+        sandbox, client = self._bare
+
+        def act() -> object:
+            # lizard-sdk's JSON-mode exec calls the module-level ``httpx.post``: for this one
+            # call it goes through the kept-alive client, so the SDK's request, parsing and
+            # error handling are measured without a connection set-up.
+            original = httpx.post
+            httpx.post = client.post
+            try:
+                return sandbox.process.exec_(["true"], timeout_ms=30_000)
+            finally:
+                httpx.post = original
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "exit_code", None) == 0, f"`true` failed: {result!r}")
+
+        prepared = Prepared(act=act, check=check)
+        # Open (or refresh) the kept-alive connection now, so the timed call reuses it.
         prepared.check(prepared.act())
         return prepared
 

@@ -30,7 +30,13 @@ def test_counters_count_routes_and_connections(sandbox: Sandbox, lizard_counters
     assert counters["total"] == 5
     assert counters["connections"] == 5  # the SDK opens a connection per call
     lizard_counters.reset_counters()
-    assert lizard_counters.counters() == {"total": 0, "connections": 0, "routes": {}}
+    assert lizard_counters.counters() == {
+        "total": 0,
+        "connections": 0,
+        "routes": {},
+        "seconds": 0,
+        "server_time": {},
+    }
 
 
 def test_one_connection_many_requests(lizard_counters: LocalServer):
@@ -103,11 +109,14 @@ def test_latency_adds_to_a_json_exec(
     assert result.exit_code == 0
     assert float(result.stdout) - wall >= 0.19
     assert elapsed >= 0.49
-    assert lizard_counters.counters() == {
+    counters = lizard_counters.counters()
+    assert {k: counters[k] for k in ("total", "connections", "routes")} == {
         "total": 1,
         "connections": 1,
         "routes": {"POST /api/sandboxes/{id}/exec": 1},
     }
+    # The server's time covers the command, not the 200 ms paid before it.
+    assert 0.3 <= counters["seconds"] <= elapsed - 0.19
 
 
 def test_connection_latency_adds_to_a_streamed_exec(sandbox: Sandbox, latency: Callable[..., None]):
@@ -136,11 +145,14 @@ def test_connection_latency_is_paid_once_per_new_connection(
         assert first >= 0.29
     for reused in timings[1:3] + timings[4:]:
         assert reused < 0.25
-    assert lizard_counters.counters() == {
+    counters = lizard_counters.counters()
+    assert {k: counters[k] for k in ("total", "connections", "routes")} == {
         "total": 6,
         "connections": 2,
         "routes": {"GET /api/projects": 6},
     }
+    # Connection latency is not the server's time either.
+    assert counters["server_time"]["GET /api/projects"]["max_s"] < 0.29
 
 
 def test_errors_wait_too(lizard_counters: LocalServer, latency: Callable[..., None]):
@@ -157,7 +169,49 @@ def test_arrival_counts_and_prices_the_delay():
     assert instr.arrive("GET /x", new_connection=True) == pytest.approx(0.6)
     assert instr.arrive("GET /x", new_connection=False) == pytest.approx(0.1)
     assert instr.arrive("GET /y", new_connection=True) == pytest.approx(0.6)
-    assert instr.snapshot() == {"total": 3, "connections": 2, "routes": {"GET /x": 2, "GET /y": 1}}
+    assert instr.snapshot() == {
+        "total": 3,
+        "connections": 2,
+        "routes": {"GET /x": 2, "GET /y": 1},
+        "seconds": 0,
+        "server_time": {},
+    }
+
+
+def test_server_time_per_request_and_route(sandbox: Sandbox, lizard_counters: LocalServer):
+    sandbox.fs.write("/tmp/timed", "x")
+    sandbox.process.exec_("sleep 0.3")  # one JSON exec
+    sandbox.process.exec_("sleep 0.3", on_stdout=lambda _l: None)  # one streamed exec
+    counters = lizard_counters.counters()
+    timed = counters["server_time"]
+    assert set(timed) == {"POST /api/sandboxes/{id}/files", "POST /api/sandboxes/{id}/exec"}
+    files = timed["POST /api/sandboxes/{id}/files"]
+    assert files["count"] == 1
+    assert 0 < files["total_s"] == files["max_s"]
+    exec_ = timed["POST /api/sandboxes/{id}/exec"]
+    assert exec_["count"] == 2
+    assert exec_["total_s"] >= 0.6  # each exec's sleep, streamed to its end
+    assert 0.3 <= exec_["max_s"] <= exec_["total_s"]
+    assert counters["seconds"] == pytest.approx(files["total_s"] + exec_["total_s"])
+    lizard_counters.reset_counters()
+    cleared = lizard_counters.counters()
+    assert cleared["seconds"] == 0
+    assert cleared["server_time"] == {}
+
+
+def test_server_time_statistics():
+    instr = Instrumentation()
+    instr.served("GET /x", 0.25)
+    instr.served("GET /x", 0.5)
+    instr.served("GET /y", 0.125)
+    snapshot = instr.snapshot()
+    assert snapshot["server_time"] == {
+        "GET /x": {"count": 2, "total_s": 0.75, "max_s": 0.5},
+        "GET /y": {"count": 1, "total_s": 0.125, "max_s": 0.125},
+    }
+    assert snapshot["seconds"] == 0.875
+    instr.reset()
+    assert instr.snapshot()["server_time"] == {}
     instr.latency_s = 0
     assert instr.arrive("GET /x", new_connection=False) == 0
 

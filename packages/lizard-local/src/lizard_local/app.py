@@ -21,6 +21,7 @@ import logging
 import re
 import secrets
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -221,6 +222,8 @@ class LizardApp:
         path = _SLASHES.sub("/", scope["path"])
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         control = path.startswith("/_local/")
+        timed_route = ""
+        started: float | None = None  # set once an /api request's added latency is paid
         try:
             route, exists = self._match(self.control if control else self.routes, method, path)
             if not control:
@@ -230,13 +233,14 @@ class LizardApp:
                 new_connection = conn is None or not conn.counted
                 if conn is not None:
                     conn.counted = True
-                delay = self.instr.arrive(
-                    route.key if route else f"{method} <unmatched>", new_connection=new_connection
-                )
+                timed_route = route.key if route else f"{method} <unmatched>"
+                delay = self.instr.arrive(timed_route, new_connection=new_connection)
                 # Before the handler: a streamed exec starts its command in the handler, so a
                 # delay paid later would overlap the command instead of adding to it.
                 if delay > 0:
                     await asyncio.sleep(delay)
+                # The server's own time starts once the injected latency is paid.
+                started = time.perf_counter()
             self._authenticate(headers)
             if route is None:
                 if exists:
@@ -266,7 +270,12 @@ class LizardApp:
         except Exception as exc:
             log.exception("internal error on %s %s", method, path)
             response = json_response({"error": f"Internal error: {exc!r}", "code": "INTERNAL"}, 500)
-        await self._send(response, send)
+        try:
+            await self._send(response, send)
+        finally:
+            # After the last byte (a streamed exec's exit event included), or the failed send.
+            if started is not None:
+                self.instr.served(timed_route, time.perf_counter() - started)
 
     def _authenticate(self, headers: dict[str, str]) -> None:
         key = headers.get("x-api-key", "")

@@ -9,6 +9,10 @@
   set-up). Waiting before the handler, not after it, makes the delay add to the work for every
   response: a streamed exec's command only starts once the delay is over, as on a real link,
   instead of running during it. Errors (401, 404, injected faults) wait too.
+- Server time: every ``/api`` request records the seconds the server spent on it, from the end
+  of its injected latency to the end of its response (a streamed exec's whole run included), per
+  route: ``seconds`` in the snapshot is the sum over all requests, ``server_time`` has each
+  route's ``count``, ``total_s`` and ``max_s``. Reset with the counters.
 - Faults: the next ``count`` requests of a route answer ``status`` (5xx, or 429 with
   ``retryAfterS``) without reaching the handler; the next ``count`` SSE exec streams are dropped
   (connection closed with no exit event) after ``after_events`` events.
@@ -22,7 +26,7 @@ from typing import Any
 
 from lizard_local.http import ApiError
 
-__all__ = ["Fault", "Instrumentation", "StreamDrop"]
+__all__ = ["Fault", "Instrumentation", "ServerTime", "StreamDrop"]
 
 
 @dataclass
@@ -64,12 +68,32 @@ class StreamDrop:
 
 
 @dataclass
+class ServerTime:
+    """Running statistics of the server-side time of one route's requests."""
+
+    count: int = 0
+    total_s: float = 0.0
+    max_s: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        """Record one request that took ``seconds``."""
+        self.count += 1
+        self.total_s += seconds
+        self.max_s = max(self.max_s, seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        """JSON-ready: ``count``, ``total_s``, ``max_s``."""
+        return {"count": self.count, "total_s": self.total_s, "max_s": self.max_s}
+
+
+@dataclass
 class Instrumentation:
     """Mutable instrumentation state of one server."""
 
     total: int = 0
     connections: int = 0
     routes: Counter[str] = field(default_factory=Counter)
+    server_time: dict[str, ServerTime] = field(default_factory=dict)
     latency_s: float = 0.0
     connection_latency_s: float = 0.0
     faults: dict[str, Fault] = field(default_factory=dict)
@@ -94,15 +118,26 @@ class Instrumentation:
             delay += self.connection_latency_s
         return delay
 
+    def served(self, route: str, seconds: float) -> None:
+        """Record the server-side time of one ``/api`` request (latency excluded)."""
+        self.server_time.setdefault(route, ServerTime()).add(seconds)
+
     def snapshot(self) -> dict[str, Any]:
-        """Counters as JSON-ready data."""
-        return {"total": self.total, "connections": self.connections, "routes": dict(self.routes)}
+        """Counters and server-side times as JSON-ready data."""
+        return {
+            "total": self.total,
+            "connections": self.connections,
+            "routes": dict(self.routes),
+            "seconds": sum(t.total_s for t in self.server_time.values()),
+            "server_time": {route: t.as_dict() for route, t in self.server_time.items()},
+        }
 
     def reset(self) -> None:
-        """Zero every counter."""
+        """Zero every counter and server-side time."""
         self.total = 0
         self.connections = 0
         self.routes.clear()
+        self.server_time.clear()
 
     def take_fault(self, route: str) -> ApiError | None:
         """The injected error for this request, if one is pending for its route."""

@@ -293,7 +293,7 @@ class LocalServer:
         return dict(self._call("GET", "/_local/info"))
 
     def counters(self) -> dict[str, Any]:
-        """``{"total", "connections", "routes": {"POST /api/sandboxes": n, ...}}``."""
+        """``{"total", "connections", "routes", "seconds", "server_time"}``: see instrumentation."""
         return dict(self._call("GET", "/_local/counters"))
 
     def reset_counters(self) -> None:
