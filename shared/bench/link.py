@@ -1,11 +1,9 @@
 """An emulated network link in front of lizard-local: TLS on the client side, latency that adds up.
 
-Why it exists: lizard-local's own injection (``set_latency``) sleeps after the route handler has
-run. For a JSON exec the handler waits for the command, so the delay comes on top of it; for a
-streaming exec the handler only starts the command, so the delay runs while the command does and
-hides up to that much of its run time. Every exec of this repository's packages streams, and
-0.1.0's workspace backend uses JSON execs, so server-side delays would flatter ours. On a real
-link the delay adds to the work whatever the response type; this relay does that.
+Why it exists: 0.1.0's packages require https, and a real link delays what it carries, chunk by
+chunk, whatever the request. lizard-local's own injection (``set_latency``) delays each request
+before its handler runs, which adds to the work too but serves plain HTTP; this relay gives the
+clients TLS and a delay on every chunk of every answer, streamed or not.
 
 :class:`Link` listens on 127.0.0.1 with TLS (a certificate from its own throwaway CA, so clients
 that require https work) and relays every connection to lizard-local over plain TCP, one

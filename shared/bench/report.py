@@ -527,15 +527,15 @@ def _latency_paragraph(latency_at: str) -> str:
             "reaches the client that many ms later, and the first request of every new connection "
             "reaches the server that many ms later, which is what a client that never reuses "
             "connections pays for TCP and TLS handshakes on a real link. Both add to the work, as "
-            "on a real network. lizard-local's own injection (`--latency-at lizard-local`) sleeps "
-            "after its handler has run, which for a streaming exec hides up to the delay of the "
-            "command's run time, and every exec of this repository's packages streams."
+            "on a real network. lizard-local's own injection (`--latency-at lizard-local`) "
+            "delays each request before its handler runs instead, rather than each chunk of the "
+            "answer."
         )
     return (
-        "Latency comes from lizard-local's own injection (`--latency-at lizard-local`): it "
-        "sleeps after its handler has run, so a JSON exec pays the delay on top of the command "
-        "while a streaming exec hides up to the delay of the command's run time. Streaming "
-        "operations (all of ours, and 0.1.0's run_code) look faster than on a real link."
+        "Latency comes from lizard-local's own injection (`--latency-at lizard-local`): every "
+        "request waits that many ms before its handler runs (the first request of a new "
+        "connection waits the connection delay too), so the delay adds to the work of every "
+        "answer, a streaming exec's included."
     )
 
 
