@@ -1,9 +1,9 @@
 """An emulated network link in front of lizard-local: TLS on the client side, latency that adds up.
 
-Why it exists: 0.1.0's packages require https, and a real link delays what it carries, chunk by
-chunk, whatever the request. lizard-local's own injection (``set_latency``) delays each request
-before its handler runs, which adds to the work too but serves plain HTTP; this relay gives the
-clients TLS and a delay on every chunk of every answer, streamed or not.
+Why it exists: a real link delays what it carries, chunk by chunk, whatever the request.
+lizard-local's own injection (``set_latency``) delays each request once, before its handler runs;
+this relay delays every chunk of every answer, streamed or not, and gives the clients the TLS
+that 0.1.0's packages require.
 
 :class:`Link` listens on 127.0.0.1 with TLS (a certificate from its own throwaway CA, so clients
 that require https work) and relays every connection to lizard-local over plain TCP, one
