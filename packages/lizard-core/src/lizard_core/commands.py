@@ -1,62 +1,38 @@
 """Run a command in the sandbox: exact bytes, exit code, timeout, output limit, cancellation.
 
-Contract (proven against lizard-local in ``tests/test_commands.py``):
+What holds (tested against lizard-local in ``tests/test_commands.py``):
 
-- **Form.** An argv sequence runs as is, with no shell (``PATH`` lookup for ``argv[0]``); a
-  string needs ``shell=True`` and runs as ``/bin/sh -c <string>``. A mismatch is a TypeError;
-  an empty argv, NUL bytes, a relative ``cwd`` or a bad ``env`` a ValueError, and a command
-  too large to start (one argument of :data:`ARG_MAX_ONE` bytes, or more than
-  :data:`ARGV_BUDGET` bytes to send) ``OSError(errno.E2BIG)`` as a local ``execve`` would
-  raise, all before any request (and before a sandbox is created).
-- **Working directory.** ``cwd`` must be an existing directory (else ``NotADirectoryError`` or
-  ``FileNotFoundError``); with ``create_cwd=True`` a missing one is created first, like
-  ``mkdir -p`` (a file in the way is ``NotADirectoryError``), in the same request.
-  :attr:`CommandResult.cwd` reports where the command started, absolute with symlinks
-  resolved, so a caller learns its real working directory without a request of its own.
-- **Environment.** The command sees the sandbox's own environment plus exactly the ``env``
-  passed here; nothing is copied from the host. ``env`` reaches only the command, never the
-  guest agent's Python.
-- **Input.** stdin is at EOF, or with ``input`` it reads exactly those bytes, then EOF (an
-  empty ``input`` is an empty stdin). A command that stops reading early is not an error.
-- **User.** ``user`` (a name or a numeric uid) runs the command as that account, with its
-  groups and its ``HOME``, ``USER`` and ``LOGNAME`` (``env`` still wins); that needs the
-  sandbox's default user to be root. An unknown name, or a switch the default user may not
-  make, starts nothing: the result has exit code 126 and the reason on stderr, and
-  :attr:`CommandResult.start_errno` is ``EPERM`` for the missing privilege.
-- **Result.** :class:`CommandResult` has the real exit code (a non-zero exit is a result, not an
-  error), and stdout and stderr as exact bytes, binary-safe. A missing program exits 127, one
-  that cannot be executed 126, death by signal N gives 128 + N; when the program could not be
-  started, :attr:`CommandResult.start_errno` says why (``ENOENT``, ``EACCES``, ...).
-- **Completion.** The result is returned when the command's own process exits and its pipes
-  are drained, after at most a short grace (0.1 s idle, 1 s in all) when a background child
-  keeps them open; such a child is left running.
-- **Timeout.** ``timeout`` seconds are enforced in the guest: the command's process group is
-  killed and :class:`~lizard_core.errors.CommandTimeoutError` carries the output produced
-  before. The host gives up :data:`DEADLINE_MARGIN_S` later if the guest does not answer; a
-  guest that stops answering at all is detected within ``guest.STALL_S``.
-- **Output limit.** Each stream keeps at most ``output_limit`` bytes; passing it kills the
-  command's process group and raises :class:`~lizard_core.errors.OutputLimitError` with the
-  bytes kept. Output is never cut silently.
-- **Cost.** One request when the output fits the agent's stream budget and the input is at most
-  :data:`INPUT_INLINE` bytes (it travels in the exec's argv). Larger input is uploaded first
-  with one ``POST files`` per :data:`~lizard_core.files.CHUNK_SIZE` piece into a job directory
-  that the guest empties as it feeds the command. Output travels deflated
-  (one zlib stream per output stream, flushed at every read so it stays live; what the budget
-  holds is in ``docs/architecture.md``). Past it the guest spills the rest of
-  each stream to a job file, fetched with one ``GET files`` per spilled stream; the job
-  directory is removed by the next guest request on the sandbox, so cleanup costs no request
-  of its own.
-- **A sandbox gone mid-command.** A stream that breaks, or a transport that fails, is checked
-  with one ``GET`` of the sandbox record (see :mod:`lizard_core.guest`): a sandbox destroyed
-  or expired under the command raises :class:`~lizard_core.errors.SandboxGoneError` (and the
-  session remembers it), anything else the original error.
-- **Live output.** ``on_stdout`` / ``on_stderr`` receive each chunk of bytes as it arrives
-  (spilled output arrives at the end, in one chunk per stream). With :func:`arun_command`
-  they run in the event loop's thread.
-- **Cancellation.** Cancelling :func:`arun_command`'s task (or Ctrl-C during
-  :func:`run_command`) stops the command's foreground process group (``SIGTERM``, then
-  ``SIGKILL`` after a second) through a second exec, waits for the guest to finish, then
-  propagates. Processes the command detached into a session of their own are not touched.
+- **Form.** An argv sequence runs as is (``PATH`` lookup, no shell); a string needs
+  ``shell=True`` and runs under ``/bin/sh -c``. Bad arguments raise TypeError/ValueError, and a
+  command too large to start (:data:`ARG_MAX_ONE`, :data:`ARGV_BUDGET`) ``OSError(E2BIG)``,
+  before any request.
+- **Working directory.** ``cwd`` must exist (``create_cwd=True`` makes it, like ``mkdir -p``);
+  :attr:`CommandResult.cwd` reports it absolute with symlinks resolved.
+- **Environment.** The sandbox's own plus exactly ``env``, for the command only; nothing from
+  the host.
+- **Input.** stdin is at EOF, or ``input`` then EOF; a command that stops reading early is fine.
+- **User.** ``user`` runs as that account (needs a root default user); a switch that cannot be
+  made starts nothing: exit code 126, the reason on stderr, :attr:`CommandResult.start_errno`.
+- **Result.** The real exit code (non-zero is a result, not an error; 127 missing, 126 not
+  executable, 128 + N killed by signal N) and stdout/stderr as exact bytes.
+- **Completion.** When the command exits and its pipes drain, after a short grace if a
+  background child keeps them open; such a child is left running.
+- **Timeout** is enforced in the guest: the process group is killed and
+  :class:`~lizard_core.errors.CommandTimeoutError` carries the output so far. The host gives up
+  :data:`DEADLINE_MARGIN_S` later if the guest does not answer.
+- **Output limit.** Past ``output_limit`` bytes on a stream the command is killed and
+  :class:`~lizard_core.errors.OutputLimitError` carries what was kept; never cut silently.
+- **Cost.** One request when input fits :data:`INPUT_INLINE` and output the stream budget
+  (``docs/architecture.md``); larger input is uploaded first, one ``POST files`` per
+  :data:`~lizard_core.files.CHUNK_SIZE`; spilled output costs one ``GET files`` per stream.
+  Cleanup rides on the next guest request.
+- **A sandbox gone mid-command** raises :class:`~lizard_core.errors.SandboxGoneError` (see
+  :mod:`lizard_core.guest`).
+- **Live output.** ``on_stdout`` / ``on_stderr`` get each chunk as it arrives (spilled output at
+  the end); with :func:`arun_command` in the event loop's thread.
+- **Cancellation** (of :func:`arun_command`'s task, or Ctrl-C in :func:`run_command`) stops the
+  command's foreground process group, waits for the guest, then propagates. Processes detached
+  into a session of their own are not touched.
 """
 
 from __future__ import annotations

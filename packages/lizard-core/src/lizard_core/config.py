@@ -71,7 +71,7 @@ DEFAULT_TEMPLATE: Final = "base"
 """The template used when none is given: a shell, coreutils and ``python3``."""
 
 DEFAULT_LIFETIME_MS: Final = 900_000
-"""Sandbox lifetime when none is given: 15 minutes (the smolagents 0.1.0 default)."""
+"""Sandbox lifetime when none is given: 15 minutes."""
 
 MIN_LIFETIME_MS: Final = 1_000
 """Shortest lifetime: the platform's minimum for ``set_timeout``, which keep-alive uses."""
@@ -84,7 +84,7 @@ MAX_ALLOWED_HOSTS: Final = 50
 """The platform's limit on ``allowed_hosts`` entries."""
 
 METADATA_INTEGRATION_KEY: Final = "integration"
-"""Metadata key that names the integration which created a sandbox (as in the 0.1.0 packages)."""
+"""Metadata key that names the integration which created a sandbox (the same in every release)."""
 
 METADATA_VERSION_KEY: Final = "integration_version"
 """Metadata key that carries the integration's version."""

@@ -1,59 +1,30 @@
 """Files in the sandbox with builtin ``OSError`` semantics, one request per operation.
 
-Contract (proven against lizard-local in ``tests/test_files.py``):
+What holds (tested against lizard-local in ``tests/test_files.py``):
 
 - **Paths** are absolute POSIX paths without NUL (else ValueError; a non-str is a TypeError),
-  checked before any request. Operations run as the sandbox's default user. Every path
-  :meth:`SandboxFiles.list_dir` returns works with every operation: a name that is not UTF-8
-  comes back with surrogate escapes (as ``os.fsdecode`` gives it), and such a path, which the
-  files endpoint's query string cannot carry, is read through the guest (a job copy, then one
-  ``GET`` of it) instead.
-- **Errors** are the builtin ``OSError`` subclass for the errno the sandbox reported:
-  FileNotFoundError, IsADirectoryError, NotADirectoryError, FileExistsError, PermissionError.
-  FIFOs, sockets and devices fail with ``OSError(EINVAL)`` instead of blocking (on a platform
-  whose files endpoint would block on one, a read waits :data:`READ_GUARD_S` first). A sandbox
-  that no longer exists, also one destroyed while the operation ran, raises
-  :class:`~lizard_core.errors.SandboxGoneError` (see :mod:`lizard_core.guest`).
-- :meth:`SandboxFiles.read_bytes` reads a regular file. :meth:`SandboxFiles.write_bytes` writes
-  through symlinks, creates missing parents, and replaces a regular file atomically (a
-  temporary sibling renamed over it, keeping its mode and owner); a directory or special file
-  in the way is refused. :meth:`SandboxFiles.stat` and :meth:`SandboxFiles.list_dir` describe
-  entries, following symlinks for ``is_dir`` and ``size`` (a dangling or looping link is not a
-  directory). :meth:`SandboxFiles.make_dir` is ``mkdir -p``; an existing file is
-  FileExistsError. :meth:`SandboxFiles.remove` removes a file, a symlink (itself) or a tree, and
-  refuses with ValueError ``/``, the protected directories and their ancestors, compared after
-  resolving symlinks. :meth:`SandboxFiles.exists` follows symlinks.
-  :meth:`SandboxFiles.realpath` is ``os.path.realpath`` in the sandbox (missing components kept,
-  loops not followed).
-- **Cost.** One exec request for stat, list_dir (up to :data:`LIST_BUDGET` bytes of entries;
-  past it one more request fetches the rest), exists, realpath, make_dir, remove.
-  :meth:`SandboxFiles.read_bytes` is one ``GET files`` of the whole file, whatever its size or
-  content. When the platform does not serve the path (missing, a directory, a special file, no
-  permission: any non-2xx answer, after the retries of a transient one), sends no headers
-  within :data:`READ_GUARD_S` (as a platform stuck opening a FIFO would) or answers without a
-  ``Content-Length`` (as a device streamed without end would come), the guest program
-  reads it instead: it raises the builtin error, so an error costs two requests, or returns the
-  file (up to :data:`READ_INLINE` bytes, or :data:`READ_COMPRESSED` when the file compresses to
-  fit, inside the exec stream, which the platform caps at 512 KiB; past that one more ``GET``).
-  :meth:`SandboxFiles.iter_bytes` always goes through the guest: one request for a file within
-  those inline budgets, else 2 requests up to one :data:`CHUNK_SIZE` chunk, then 2 per chunk
-  (copy to a job file, ``GET`` it). One request for a write of up to :data:`WRITE_INLINE`
-  bytes (carried in the exec's argv); a larger one costs one ``POST files`` per chunk plus one
-  exec that assembles them. The first operation on a new sandbox also pays its create. Every
-  exec and files request goes through the session's pooled connection
-  (:meth:`Session.transport <lizard_core.session.Session.transport>`), so consecutive
-  operations open no new connection.
-- **Memory.** Besides the data itself (what :meth:`SandboxFiles.read_bytes` returns, or what
-  :meth:`SandboxFiles.write_bytes` was given), a large upload holds one chunk in flight on
-  the host (plus its base64 form) and :meth:`SandboxFiles.iter_bytes` one chunk, with one
-  1 MiB copy block in the guest, whose job directory holds at most one chunk.
-  :meth:`SandboxFiles.read_bytes` returns the fetched body itself, written as it arrives into
-  one buffer sized from its ``Content-Length``: no second joined copy, no growth margin.
-  :meth:`SandboxFiles.iter_bytes` and :meth:`SandboxFiles.write_chunks` keep whole files out of
-  host memory altogether.
+  checked before any request; operations run as the sandbox's default user. Every path
+  :meth:`SandboxFiles.list_dir` returns works everywhere, non-UTF-8 names included (surrogate
+  escapes, as ``os.fsdecode`` gives them).
+- **Errors** are the builtin ``OSError`` subclass for the sandbox's errno. FIFOs, sockets and
+  devices fail with ``OSError(EINVAL)`` instead of blocking. A sandbox that is gone, also one
+  destroyed mid-operation, raises :class:`~lizard_core.errors.SandboxGoneError`.
+- **Operations.** :meth:`SandboxFiles.write_bytes` writes through symlinks, creates parents and
+  replaces a regular file atomically, keeping its mode and owner. :meth:`SandboxFiles.stat` and
+  :meth:`SandboxFiles.list_dir` follow symlinks for ``is_dir`` and ``size``.
+  :meth:`SandboxFiles.make_dir` is ``mkdir -p``. :meth:`SandboxFiles.remove` refuses ``/``, the
+  protected directories and their ancestors (after resolving symlinks) with ValueError.
+  :meth:`SandboxFiles.realpath` is ``os.path.realpath`` in the sandbox.
+- **Cost.** One request per operation in the common case: one exec for the metadata operations
+  and for writes up to :data:`WRITE_INLINE`; one ``GET files`` for
+  :meth:`SandboxFiles.read_bytes`. A path the files endpoint will not serve is read through the
+  guest (an error then costs two requests). Larger transfers cost one request per
+  :data:`CHUNK_SIZE` chunk (plus one). All go through the session's pooled connection.
+- **Memory.** Besides the data itself, the host holds at most one chunk in flight;
+  :meth:`SandboxFiles.read_bytes` fills one buffer sized from ``Content-Length``;
+  :meth:`SandboxFiles.iter_bytes` and :meth:`SandboxFiles.write_chunks` never hold a whole file.
 - **Async.** Every operation has an ``a``-prefixed coroutine. A cancelled task waits for the
-  operation already sent to finish (file operations are short and must not be cut halfway),
-  then propagates.
+  operation already sent, then propagates.
 """
 
 from __future__ import annotations

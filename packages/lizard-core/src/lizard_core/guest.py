@@ -1,71 +1,35 @@
 """The host side of the guest protocol: one streaming exec per operation, read as frames.
 
 A guest program (standard-library Python in :mod:`lizard_core._guest`) runs as
-``python3 -I -S -c <program> <call id> <k> <request part>... <data>...`` through a streaming
-exec (``POST /api/sandboxes/{id}/exec``). Its stdout is a framed channel. Contract, for every
-program run through :func:`run_guest` (commands, files, and the kernel client):
+``python3 -I -S -c <program> <call id> <k> <request part>...`` through a streaming exec; its
+stdout is a framed channel (kinds and keys in :mod:`lizard_core._wire`). What holds for every
+program run through :func:`run_guest` (commands, files, the kernel client):
 
-- **Frames.** Every stdout line is one JSON object with a type ``t``, well under the platform's
-  64 KiB line split (the agent keeps lines near 32 KiB; should a platform split them anyway, the
-  pieces are joined again). The first frame is ``{"t": "pid", "pid": N}`` (the guest's own pid,
-  used to signal it). ``{"t": "hb"}`` heartbeats come whenever the guest has been silent for
-  :data:`HEARTBEAT_S`, which keeps httpx's per-read timeout from firing on a silent command.
-  Exactly one ``{"t": "end", ...}`` frame carries the outcome. Every other frame goes to the
-  caller's ``on_frame`` in order; a frame carrying ``pg`` names a process group the guest owns.
-- **Bounds.** The guest runs untrusted code, which can write to its stdout, so frames are
-  believed only as far as they are checked: a ``pid`` or ``pg`` must be a pid (else the line is
-  malformed), one ``pid`` and one ``end`` count, a line is held up to 1 MiB while its pieces are
-  rejoined (the transport bounds each event line too), and only a few malformed lines and
-  process groups are kept. What a frame carries beyond that is the caller's ``on_frame`` to
-  check (:mod:`lizard_core._kernel_frames` for the kernel).
-- **Proof of completion.** :func:`run_guest` returns the ``end`` frame, and only that proves the
-  guest finished: a stream that ends without it (the guest died, the stream was dropped, the
-  platform cut it) raises :class:`~lizard_core.errors.GuestProtocolError`, never a short
-  success; so do malformed lines. A stream that breaks after the guest started also kills the
-  guest (it would otherwise run on unobserved). A failure before the guest said anything is
-  the translated SDK error (:class:`~lizard_core.errors.TransientError`, ...), and
-  :class:`GuestNotStartedError` when the exec ran but the guest never spoke (argv past the
-  sandbox's limit, no ``python3``): nothing of the request ran, and its message says so.
-- **A sandbox gone under the call.** When the stream breaks (it ends without the ``end`` frame,
-  carries malformed lines, stalls or outlives ``deadline_s``) or the exec's transport fails
-  (:class:`~lizard_core.errors.TransientError`), one ``GET /api/sandboxes/{id}`` decides:
-  a sandbox that no longer exists (destroyed or expired meanwhile) raises
-  :class:`~lizard_core.errors.SandboxGoneError` from the original error, and nothing is sent to
-  stop its guest; otherwise the original error stands. With ``session=`` the check is
-  :meth:`Session.check_alive <lizard_core.session.Session.check_alive>`, which also records a
-  gone sandbox on the session. The check costs nothing on the happy path, nor when the exec
-  itself answered 404 (already :class:`~lizard_core.errors.SandboxGoneError`), nor for a
-  cancellation or an error raised by ``on_frame``.
-- **Host-side deadline.** A guest that sends no frame, heartbeat included, for :data:`STALL_S`
-  is dead or stuck; past the caller's ``deadline_s`` the call is over too. Either way the guest
-  is killed (best effort, by a second exec) and :class:`~lizard_core.errors.GuestProtocolError`
-  raised, so a stuck guest cannot hang the host. With ``session=``, a stream still open when
-  the call is over is cut off, so its reading thread ends with the call, not at the exec's
-  own timeout.
-- **Cancellation.** :class:`Cancellation` (set by the async wrappers when their task is
-  cancelled) and any exception in the waiting thread (``KeyboardInterrupt``, a callback that
-  raised) stop the guest: ``SIGTERM`` to the guest's pid by a second exec (the command agent
-  then stops its command's process group, and only that group), ``SIGKILL`` to the guest and
-  its process groups if it has not finished after :data:`CANCEL_GRACE_S`. The waiting thread
-  returns only once the stream ended or the grace ran out.
-- **Requests.** The request is JSON, base64-encoded, split over argv items of at most
-  :data:`ARG_PART` characters (the kernel limits one argument to 128 KiB). Every request also
-  carries the job directories of this sandbox that earlier operations left for cleanup
-  (``rm``), so cleaning up after a large output costs no request of its own.
-- **Credentials.** Nothing but the program, the call id and the request goes into argv; the
-  API key never does.
-
-- **Connections.** With ``session=``, the exec goes through the session's pooled client
-  (:meth:`Session.transport <lizard_core.session.Session.transport>`, see
-  :mod:`lizard_core._transport`), speaking the SDK's wire contract and raising its errors;
-  without it, through the SDK's ``sandbox.process.exec_``. :func:`fetch_file` always uses the
-  session's pooled client.
-
-Costs: one exec request per call; stopping a guest costs one more; a broken stream costs one
-``GET`` of the sandbox record. With ``session=``, consecutive calls (and the session's files
-requests) reuse one kept-alive connection: no new connection or SSL context per request, only
-the first request of a session (or one after :data:`~lizard_core._transport.KEEPALIVE_S`
-idle) opens one.
+- **Frames.** Each stdout line is one JSON object with a type ``t``: first ``pid``, then any
+  frames for the caller's ``on_frame`` in order, ``hb`` heartbeats every :data:`HEARTBEAT_S` of
+  silence, and exactly one ``end`` with the outcome. Lines the platform split are rejoined.
+- **Bounds.** The guest runs untrusted code, so only checked frames are believed: a ``pid`` or
+  ``pg`` must be a pid, one ``pid`` and one ``end`` count, a line is held up to 1 MiB, and only a
+  few malformed lines and process groups are kept. The rest is ``on_frame``'s to check.
+- **Proof of completion.** Only the ``end`` frame proves the guest finished; a stream without it
+  or with malformed lines raises :class:`~lizard_core.errors.GuestProtocolError` (and kills a
+  guest that started), never a short success. A guest that never spoke raises
+  :class:`~lizard_core.errors.GuestNotStartedError`: nothing of the request ran.
+- **A sandbox gone under the call.** A broken stream or failed transport is checked with one
+  ``GET`` of the sandbox: if it no longer exists, :class:`~lizard_core.errors.SandboxGoneError`
+  (recorded on the ``session=``), else the original error. The happy path pays nothing.
+- **Host-side deadline.** No frame for :data:`STALL_S`, or past ``deadline_s``, means the guest
+  is killed and :class:`~lizard_core.errors.GuestProtocolError` raised; a stuck guest cannot
+  hang the host.
+- **Cancellation.** :class:`Cancellation`, or any exception in the waiting thread, stops the
+  guest: ``SIGTERM`` by a second exec, ``SIGKILL`` to it and its process groups after
+  :data:`CANCEL_GRACE_S`. The call returns only once the stream ended or the grace ran out.
+- **Requests.** JSON, base64, in argv items of at most :data:`ARG_PART` characters, plus the job
+  directories earlier calls left for cleanup, so cleanup costs no request of its own.
+- **Credentials.** Only the program, the call id and the request go into argv; never the API key.
+- **Connections.** With ``session=``, calls reuse the session's kept-alive client
+  (:mod:`lizard_core._transport`); without it, the SDK's ``sandbox.process.exec_``.
+- **Cost.** One exec per call; stopping a guest costs one more; a broken stream one ``GET``.
 """
 
 from __future__ import annotations

@@ -1,68 +1,37 @@
 """A persistent Python kernel in the sandbox: one namespace, one request per cell, no Jupyter.
 
-:class:`Kernel` runs Python cells in a daemon that lives in the sandbox (the standard-library
-program ``lizard_core._guest.kernel_daemon``, started on first use by the small client that each
-call runs through :func:`lizard_core.guest.run_guest`). Contract (proven against lizard-local in
-``tests/test_kernel.py``; the guest half is tested directly in ``tests/test_kernel_daemon.py``):
+:class:`Kernel` runs cells in a standard-library daemon in the sandbox
+(``lizard_core._guest.kernel_daemon``), reached through :func:`lizard_core.guest.run_guest`.
+What holds (tested in ``tests/test_kernel.py`` and ``tests/test_kernel_daemon.py``):
 
-- **Cost.** One exec request per :meth:`Kernel.execute`, the first one included (a new sandbox
-  costs create + 1): the client starts the daemon itself when none is running. A cell whose
-  frames pass the kernel's stream budget (big images, lots of output) costs one more, a
-  ``GET files`` for the rest, which then reaches ``on_output`` at the end; its job directory is
-  removed by the next guest request at no cost. A cell too large for argv (its request over
-  :data:`~lizard_core._staging.STAGE_OVER_BYTES` of JSON) is uploaded first, one ``POST files``
-  per 4 MiB (:mod:`lizard_core._staging`). Constructing a kernel makes no request; bad arguments
-  raise TypeError/ValueError before any sandbox exists, and so does a request body over
-  :data:`~lizard_core._staging.MAX_BODY_BYTES`.
-- **Cells run as IPython runs them.** The statements, then the last expression, whose value is the
-  main rich result (a trailing ``;`` hides it). Variables, functions, classes and imports persist
-  between cells; classes defined in cells pickle (``__main__`` is the namespace); ``__future__``
-  imports hold for later cells; top-level ``await`` works; ``display(obj)`` adds a result.
-- **Output** written to ``sys.stdout``/``sys.stderr`` and to descriptors 1 and 2 (subprocesses,
-  C code) reaches ``on_output`` while the cell runs, in order within each stream, and is
-  accumulated in :attr:`ExecutionResult.stdout`/``stderr``. Past ``max_output_bytes`` per cell
-  the rest is dropped and an explicit marker (:data:`OUTPUT_CUT_MARKER`) is written where the cut
-  happened; :attr:`ExecutionResult.output_truncated` says so. Output is never cut silently.
-- **Rich results.** ``text/plain`` always; ``image/png`` (base64) for PIL images, matplotlib
-  figures (Agg; every figure the cell leaves open is sent and closed) and ``_repr_png_``;
-  ``text/html``, ``application/json`` and IPython's other ``_repr_*_`` forms when offered; pandas
-  DataFrames give HTML and JSON. A value over ``max_result_bytes`` is cut (``text/plain``, with a
-  marker) or left out and named in :attr:`RichResult.omitted`.
-- **Errors.** Any BaseException from the cell (an exception class defined in the cell such as
-  smolagents' ``FinalAnswerException``, ``SystemExit``, ``KeyboardInterrupt``) comes back as
-  :class:`ExecutionError` with its class name, message and an ANSI-free traceback of the cell's
-  own frames; the kernel lives on.
-- **Timeouts.** At ``timeout`` seconds the cell is interrupted (KeyboardInterrupt, repeated
-  during ``grace``) and the namespace is kept: the error is ``TimeoutError`` and
-  :attr:`ExecutionResult.timed_out` is set. If the cell does not stop within ``grace`` (it
-  ignores SIGINT, or is stuck in native code), the kernel's process group is killed, a fresh
-  kernel is started, and the result says so: :attr:`ExecutionResult.state_lost` and a plain
-  :attr:`ExecutionResult.notice`. A kernel that died (``os._exit``, a crash, the OOM killer)
-  during a cell or between cells is reported the same way, on the call that finds it; the next
-  call runs in a fresh kernel. The host gives up on a guest that stops answering (see
-  :mod:`lizard_core.guest`).
-- **Environment.** ``env`` is set in ``os.environ`` for one cell and restored after it; nothing
-  from the host is copied. The API key never enters the sandbox.
-- **Packages.** :meth:`Kernel.install` runs pip in a subprocess of the kernel (output streamed),
-  puts the user site on ``sys.path`` and invalidates import caches, so new packages import in the
-  running namespace; a failure is an :class:`ExecutionError` named ``PipError`` carrying pip's
-  output.
-- **Cancellation.** Cancelling :meth:`Kernel.aexecute`'s task (or Ctrl-C in :meth:`execute`)
-  interrupts the running cell, keeps the kernel, waits for the guest to finish, and propagates.
-  A cancelled cell that does not stop (it ignores SIGINT, or sits in native code) is left
-  running only until the next call: that call waits at most ``grace`` plus a second behind it,
-  then kills the kernel and runs in a fresh one, and its result has ``state_lost`` and a notice.
-- **Untrusted guest.** Cell code can forge any frame (the daemon's channel is on its call stack,
-  the exec stream at ``/proc/<pid>/fd/1``), so the host believes nothing it has not checked:
-  every frame is validated (:mod:`lizard_core._kernel_frames`), output is bounded by
-  ``max_output_bytes`` plus 64 KiB and rich results and error text by 64 times
-  ``max_result_bytes`` plus 1 MiB, and a spill file is fetched only within what those limits
-  allow and read a bounded line at a time (:mod:`lizard_core._spill`). Anything else is a
+- **Cost.** One exec per :meth:`Kernel.execute`, the first included (the client starts the
+  daemon). Output past the stream budget costs one ``GET files``; a request over
+  :data:`~lizard_core._staging.STAGE_OVER_BYTES` is uploaded first (:mod:`lizard_core._staging`).
+  Constructing a kernel makes no request; bad arguments raise TypeError/ValueError first.
+- **Cells run as IPython runs them.** The last expression is the result (``;`` hides it); names,
+  imports and ``__future__`` flags persist; top-level ``await`` and ``display(obj)`` work.
+- **Output** from ``sys.stdout``/``stderr`` and descriptors 1 and 2 reaches ``on_output`` in
+  order while the cell runs. Past ``max_output_bytes`` it is cut with
+  :data:`OUTPUT_CUT_MARKER` and :attr:`ExecutionResult.output_truncated` set; never silently.
+- **Rich results** (``text/plain``, ``image/png``, HTML, JSON, ``_repr_*_``) over
+  ``max_result_bytes`` are cut with a marker or named in :attr:`RichResult.omitted`.
+- **Errors.** Any BaseException from a cell is an :class:`ExecutionError` (class name, message,
+  ANSI-free traceback of the cell's frames); the kernel lives on.
+- **Timeouts** interrupt the cell and keep the namespace (``TimeoutError``,
+  :attr:`ExecutionResult.timed_out`). A cell that does not stop within ``grace``, or a kernel
+  that died, means a fresh kernel: :attr:`ExecutionResult.state_lost` and a
+  :attr:`ExecutionResult.notice` say so.
+- **Environment.** ``env`` holds for one cell; nothing from the host, never the API key.
+- **Packages.** :meth:`Kernel.install` makes new packages importable in the running namespace;
+  a failure is an :class:`ExecutionError` named ``PipError``.
+- **Cancellation** interrupts the cell, keeps the kernel, and propagates; a cell that ignores it
+  is killed by the next call after ``grace``, which then reports ``state_lost``.
+- **Untrusted guest.** Every frame is validated (:mod:`lizard_core._kernel_frames`) and every
+  size bounded (:mod:`lizard_core._spill`); anything else is a
   :class:`~lizard_core.errors.GuestProtocolError`, and the kernel serves the next call.
-- **Concurrency.** A :class:`Kernel` runs one cell at a time (concurrent calls queue).
-  :meth:`interrupt`, :meth:`restart` and :meth:`close` do not wait for a running cell.
-- **Place.** The daemon listens on a Unix socket in ``$TMPDIR/.lizard-kernel-<uid>/<name>-<id>``
-  inside the sandbox, a 0700 directory; ``name`` lets several kernels share one sandbox.
+- **Concurrency.** One cell at a time (calls queue); :meth:`interrupt`, :meth:`restart` and
+  :meth:`close` do not wait for it. ``name`` lets several kernels share one sandbox, each on a
+  Unix socket in a 0700 directory under ``$TMPDIR``.
 """
 
 from __future__ import annotations
