@@ -35,7 +35,6 @@ program run through :func:`run_guest` (commands, files, the kernel client):
 from __future__ import annotations
 
 import base64
-import contextlib
 import functools
 import json
 import logging
@@ -48,7 +47,9 @@ from typing import Any, Final, TypeVar
 
 from lizard_core._bridge import Cancellation, arun_cancellable, loop_callback
 from lizard_core._guest import program
-from lizard_core._guest_lines import LineReader, is_pid
+from lizard_core._guest_lines import LineReader
+from lizard_core._guest_stop import CANCEL_GRACE_S, GuestProcesses, GuestStopper
+from lizard_core._guest_wait import WaitLimits
 from lizard_core._jobs import (
     JOBS_ROOT,
     forget_cleanup,
@@ -103,20 +104,12 @@ HEARTBEAT_S: Final = 2.5
 """A silent guest sends a heartbeat frame this often."""
 STALL_S: Final = 15.0
 """No frame at all for this long means the guest is dead or stuck."""
-CANCEL_GRACE_S: Final = 3.0
-"""After asking a guest to stop, wait this long before killing it, and as long again after."""
-FINISH_GRACE_S: Final = 2.0
-"""After the ``end`` frame, wait this long for the stream to close before returning anyway."""
 SIGNAL_TIMEOUT_S: Final = 10.0
 """Deadline for the second exec that signals a guest."""
 ARG_PART: Final = 96 * 1024
 """Base64 characters per argv item (a multiple of 4; the kernel allows 128 KiB per argument)."""
 _STDERR_TAIL: Final = 20
 _MAX_NOISE: Final = 8
-_MAX_GROUPS: Final = 64
-
-_SIGTERM: Final = 15
-_SIGKILL: Final = 9
 
 
 # ── encoding ─────────────────────────────────────────────────────────────
@@ -174,9 +167,7 @@ class _GuestCall:
         self.stall_s = stall_s
         self.cancel = cancel
         self.events: queue.Queue[tuple[str, Any]] = queue.Queue()
-        self.guest_pid: int | None = None
-        self.exec_pid: int | None = None
-        self.groups: set[int] = set()
+        self.processes = GuestProcesses()
         self.stderr_tail: list[str] = []
         self.noise: list[str] = []
         self.frames_seen = 0
@@ -191,6 +182,9 @@ class _GuestCall:
         self.unobserved = False
         # Cuts the stream off (set by the session's transport once the response started).
         self.abort_stream: Callable[[], None] | None = None
+        self.stopper = GuestStopper(
+            sandbox, self.call_id, self.processes, self._drain_until, self._signal
+        )
 
     # runs in the stream thread
     def _stream(self) -> None:
@@ -253,7 +247,7 @@ class _GuestCall:
             # KeyboardInterrupt, or a callback that raised: stop the command as a cancel would.
             if not self.finished:
                 self._stop(graceful=True)
-            if self.guest_pid is None and not self.frames_seen:
+            if self.processes.guest_pid is None and not self.frames_seen:
                 return_cleanup(self.sandbox_id, self.cleanup)
             raise
 
@@ -276,24 +270,16 @@ class _GuestCall:
             _log.debug("could not check sandbox %s after %r: %r", self.sandbox_id, error, check)
 
     def _wait(self) -> Frame:
-        started = last = time.monotonic()
-        deadline = None if self.deadline_s is None else started + self.deadline_s
-        finish_by: float | None = None
+        limits = WaitLimits(self.stall_s, self.deadline_s)
         while True:
-            now = time.monotonic()
-            limits = [last + self.stall_s]
-            if deadline is not None:
-                limits.append(deadline)
-            if finish_by is not None:
-                limits.append(finish_by)
             try:
-                kind, value = self.events.get(timeout=max(min(limits) - now, 0))
+                kind, value = self.events.get(timeout=limits.remaining())
             except queue.Empty:
-                now = time.monotonic()
-                if finish_by is not None and now >= finish_by:
+                why = limits.over()
+                if why == "lingering":
                     return self._outcome()  # the end frame arrived; the stream lingers
                 self.broken = True
-                if now >= last + self.stall_s:
+                if why == "stalled":
                     raise GuestProtocolError(
                         f"The guest program stopped answering (no frame for {self.stall_s:g} s)"
                         f"{self._context()}."
@@ -303,17 +289,17 @@ class _GuestCall:
                     f"{self._context()}."
                 ) from None
             if kind == "frame":
-                last = time.monotonic()
+                limits.heard()
                 self._frame(value)
-                if self.final is not None and finish_by is None:
-                    finish_by = last + FINISH_GRACE_S
+                if self.final is not None:
+                    limits.ended()
             elif kind == "stderr":
                 # Only the end of the tail is ever shown: lines are kept short.
                 self.stderr_tail = [*self.stderr_tail[-(_STDERR_TAIL - 1) :], value[-500:]]
             elif kind == "noise":
                 self._noise(value[:200])
             elif kind == "exec_pid":
-                self.exec_pid = int(value)
+                self.processes.exec_pid = int(value)
             elif kind == "cancel":
                 self._stop(graceful=True)
                 raise GuestCancelledError("The guest call was cancelled; the guest was stopped.")
@@ -322,22 +308,26 @@ class _GuestCall:
                 return self._outcome(exit_code=value)
             elif kind == "error":
                 self.finished = True
-                if self.final is not None and not self.noise:
-                    return self.final  # the outcome is proven; a late transport error is moot
-                started = self.frames_seen or self.exec_pid is not None
-                self.broken = isinstance(value, TransientError)
-                if started and isinstance(value, LineTooLongError):
-                    self.unobserved = True  # the stream was abandoned; the guest may run on
-                if started and isinstance(value, TransientError):
-                    # The guest ran and may still be running, unobserved: stop it (unless the
-                    # sandbox is gone), and say that the operation may have run rather than
-                    # that the API was unreachable.
-                    self.unobserved = True
-                    raise GuestProtocolError(
-                        "The exec stream broke before the guest program's final frame, so the "
-                        f"operation may have partly run ({value.message}){self._context()}."
-                    ) from value
-                raise value
+                return self._stream_failed(value)
+
+    def _stream_failed(self, error: BaseException) -> Frame:
+        """The exec raised: the proven outcome if there is one, else the error to raise."""
+        if self.final is not None and not self.noise:
+            return self.final  # the outcome is proven; a late transport error is moot
+        started = self.frames_seen or self.processes.exec_pid is not None
+        self.broken = isinstance(error, TransientError)
+        if started and isinstance(error, LineTooLongError):
+            self.unobserved = True  # the stream was abandoned; the guest may run on
+        if started and isinstance(error, TransientError):
+            # The guest ran and may still be running, unobserved: stop it (unless the
+            # sandbox is gone), and say that the operation may have run rather than
+            # that the API was unreachable.
+            self.unobserved = True
+            raise GuestProtocolError(
+                "The exec stream broke before the guest program's final frame, so the "
+                f"operation may have partly run ({error.message}){self._context()}."
+            ) from error
+        raise error
 
     def _frame(self, frame: Frame) -> None:
         self.frames_seen += 1
@@ -345,10 +335,7 @@ class _GuestCall:
         if kind == GuestFrame.HEARTBEAT:
             return
         if kind == GuestFrame.PID:
-            pid = frame.get(GuestFrame.PID)
-            if self.guest_pid is None and is_pid(pid):
-                self.guest_pid = pid
-            else:
+            if not self.processes.note_pid(frame.get(GuestFrame.PID)):
                 self._noise("a malformed or second pid frame")
             return
         if kind == GuestFrame.END:
@@ -360,9 +347,7 @@ class _GuestCall:
         if self.final is not None:
             self._noise(f"a {kind[:16]!r} frame after the end frame")
             return
-        pg = frame.get(AgentFrame.PROCESS_GROUP)
-        if is_pid(pg) and len(self.groups) < _MAX_GROUPS:
-            self.groups.add(pg)
+        self.processes.note_group(frame.get(AgentFrame.PROCESS_GROUP))
         if self.on_frame is not None:
             self.on_frame(frame)
 
@@ -396,7 +381,7 @@ class _GuestCall:
         tail = "\n".join(self.stderr_tail).strip()
         return f" (guest stderr: {tail[-500:]})" if tail else ""
 
-    # ── stopping ─────────────────────────────────────────────────────────
+    # ── stopping (when and what to signal: lizard_core._guest_stop) ─────
 
     def _stop(self, *, graceful: bool) -> None:
         """Stop the guest (asked first when ``graceful``); wait for the stream within the graces.
@@ -407,35 +392,16 @@ class _GuestCall:
             return
         self.stopping = True
         try:
-            self._stop_guest(graceful)
+            self.stopper.stop(graceful=graceful)
         except Exception:  # best effort: the caller's own error or cancellation wins
             _log.warning("could not stop guest call %s", self.call_id, exc_info=True)
-
-    def _stop_guest(self, graceful: bool) -> None:
-        # The pid frame is the first line the guest writes; give it a moment to arrive.
-        if not self._drain_until(lambda: self.guest_pid is not None, CANCEL_GRACE_S):
-            return
-        if self.guest_pid is not None:
-            if graceful:
-                self._signal(_SIGTERM)
-                if not self._drain_until(lambda: False, CANCEL_GRACE_S):
-                    return
-            self._signal(_SIGKILL)
-        elif self.exec_pid is not None:
-            # No word from the guest at all: have the platform kill the whole exec.
-            with contextlib.suppress(Exception), translated(sandbox_id=self.sandbox_id):
-                self.sandbox.process.kill(self.exec_pid, "SIGKILL")
-        self._drain_until(lambda: False, CANCEL_GRACE_S)
 
     def _kill_unobserved(self) -> None:
         """Kill a guest whose stream is gone (best effort; its outcome is already lost)."""
         if not self.may_signal:
             return
         try:
-            if self.guest_pid is not None:
-                self._signal(_SIGKILL)
-            elif self.exec_pid is not None:
-                self.sandbox.process.kill(self.exec_pid, "SIGKILL")
+            self.stopper.kill_unobserved()
         except Exception:  # often already gone: platforms end an exec whose client left
             _log.debug("could not stop guest call %s", self.call_id, exc_info=True)
 
@@ -451,30 +417,20 @@ class _GuestCall:
             except queue.Empty:
                 return True
             if kind == "frame":
-                if (
+                if not (
                     value.get(GuestFrame.TYPE) == GuestFrame.PID
-                    and self.guest_pid is None
-                    and is_pid(value.get(GuestFrame.PID))
+                    and self.processes.note_pid(value.get(GuestFrame.PID))
                 ):
-                    self.guest_pid = value[GuestFrame.PID]
-                elif is_pid(value.get(AgentFrame.PROCESS_GROUP)) and len(self.groups) < _MAX_GROUPS:
-                    self.groups.add(value[AgentFrame.PROCESS_GROUP])
+                    self.processes.note_group(value.get(AgentFrame.PROCESS_GROUP))
                 self.frames_seen += 1
             elif kind == "exec_pid":
-                self.exec_pid = int(value)
+                self.processes.exec_pid = int(value)
             elif kind in ("done", "error"):
                 self.finished = True
         return not self.finished
 
-    def _signal(self, signum: int) -> None:
-        request: dict[str, Any] = {
-            "op": "signal",
-            "pid": self.guest_pid,
-            "cid": self.call_id,
-            "sig": signum,
-        }
-        if signum == _SIGKILL:
-            request[AgentFrame.PROCESS_GROUP] = sorted(self.groups)
+    def _signal(self, request: Mapping[str, Any]) -> None:
+        """Run the agent's ``signal`` request as a guest call of its own, which never signals."""
         _GuestCall(
             self.sandbox,
             program("agent"),
