@@ -1,59 +1,39 @@
 """A handle on one Lizard sandbox, with a synchronous and an asynchronous face.
 
-Contract (every rule is proven against lizard-local in ``tests/test_session.py``):
+What holds (tested against lizard-local in ``tests/test_session.py``):
 
-- **No I/O until first use.** Constructing a :class:`Session`, entering it as a context
-  manager, reading :attr:`Session.sandbox_id` or ``repr`` make no request.
-- **Exactly one sandbox.** The first :meth:`Session.sandbox` or :meth:`Session.asandbox`
-  creates the sandbox (or attaches to ``sandbox_id``), once, however many threads and tasks ask
-  at the same moment; the others wait for that one acquisition and share its result or its
-  error. A failed acquisition is not retried behind the caller's back; the next use tries
-  again.
-- **The id is never lost.** The create runs in a worker thread that records the sandbox on the
-  session itself as soon as ``Sandbox.create`` returns. An ``await`` cancelled meanwhile waits
-  for the create to finish (see :mod:`lizard_core._bridge`) and then propagates, and so does a
-  ``KeyboardInterrupt`` (Ctrl-C) during a synchronous first use; the recorded sandbox is
-  destroyed by :meth:`Session.destroy` like any other.
-- **A create is a create.** A 404 answering it is a base
-  :class:`~lizard_core.errors.LizardIntegrationError` naming what was not found (project,
-  template), not :class:`~lizard_core.errors.SandboxGoneError`; a 2xx answer the SDK cannot
-  read is one too (:func:`~lizard_core.errors.malformed_answer`), never a raw ``KeyError``.
-- **Attach never replaces.** With ``sandbox_id``, first use calls ``Sandbox.connect`` (one
-  ``GET``); a killed or expired sandbox raises :class:`~lizard_core.errors.SandboxGoneError`
-  (then and on every later use, without further requests) and nothing is created.
-- **Destroy is idempotent and retryable.** :meth:`Session.destroy` waits for an acquisition in
-  flight, then kills the sandbox; a 404 counts as done; a second call does nothing. If the kill
-  fails, the error is raised and the session keeps the id, so ``destroy()`` can be called
-  again. After ``destroy()`` (or :meth:`Session.close`) the session refuses further use with
+- **No I/O until first use.** Constructing, entering, :attr:`Session.sandbox_id` and ``repr``
+  make no request.
+- **Exactly one sandbox.** The first :meth:`Session.sandbox` / :meth:`Session.asandbox` creates
+  it (or attaches to ``sandbox_id``) once, however many threads and tasks ask; they share its
+  result or error. A failed acquisition is not retried behind the caller's back.
+- **The id is never lost.** The sandbox is recorded as soon as ``Sandbox.create`` returns; a
+  cancelled ``await`` or Ctrl-C waits for the create first (:mod:`lizard_core._bridge`), so
+  :meth:`Session.destroy` can still kill it.
+- **A create is a create.** A 404 or an unreadable answer to it is a base
+  :class:`~lizard_core.errors.LizardIntegrationError`, never
+  :class:`~lizard_core.errors.SandboxGoneError` or a raw ``KeyError``.
+- **Attach never replaces.** A killed or expired ``sandbox_id`` raises
+  :class:`~lizard_core.errors.SandboxGoneError` on every use; nothing is created.
+- **Destroy is idempotent and retryable.** A 404 counts as done; a failed kill is raised and
+  the id kept. After :meth:`Session.destroy` or :meth:`Session.close` every use raises
   :class:`~lizard_core.errors.SandboxGoneError`.
-- **Context managers.** ``with Session(...)`` / ``async with Session(...)`` make no request on
-  entry. On exit, by default (``destroy_on_exit=None``) the session destroys the sandbox only
-  if it created it; a sandbox it attached to keeps running. ``destroy_on_exit=True`` destroys
-  either; ``False`` destroys neither (the sandbox lives until its lifetime ends). A failure to
-  destroy on exit is raised, or, when the block itself raised, attached to that exception as a
-  note and logged.
-- **Keep-alive** (off by default; ``keep_alive=True``): a sandbox in use does not expire and an
-  idle one still does, at most one ``set_timeout`` per half lifetime, best effort (see
-  :mod:`lizard_core._keep_alive`). Every guest call marks itself with :meth:`Session.in_use`.
-- **Is it still there?** :meth:`Session.check_alive` asks with one ``GET``, not retried, and
-  only on failure paths (a broken exec stream): a gone sandbox is recorded, so later uses fail
-  at once with :class:`~lizard_core.errors.SandboxGoneError`; otherwise the original error stands.
-- **Errors and retries.** Every SDK call made here, and every call passed to
-  :meth:`Session.call` / :meth:`Session.acall`, raises only
-  :class:`~lizard_core.errors.LizardIntegrationError` kinds (see :mod:`lizard_core.errors`).
-  Calls declared idempotent (connect, kill, set_timeout, reads) are retried on transient
-  failures with backoff, honouring ``retry_after``; a create is never retried, because it may
-  have succeeded before the failure (a 429 on create surfaces as
-  :class:`~lizard_core.errors.QuotaError` with ``retry_after``).
-- **Credentials.** The API key goes only to the SDK and the pooled client's ``X-API-Key``
-  header; never into the sandbox's environment, argv, files, logs or error text.
-- **Project.** Creating needs a project; attaching does not. A session without ``sandbox_id``
-  whose configuration names no project raises :class:`ValueError` at construction.
-- **One pooled connection.** :meth:`Session.transport` (made on first use, closed with the
-  session) carries the guest layer's execs and files requests; lifecycle calls stay on the SDK.
-
-Cost: a new sandbox costs one ``POST /api/sandboxes`` (plus, once per process, the SDK's
-``GET /api/projects`` resolving the project); no read-back follows the create.
+- **Context managers** make no request on entry. On exit (``destroy_on_exit=None``) the
+  sandbox is destroyed only if this session created it; ``True`` or ``False`` decide for both.
+  A failure to destroy is raised, or attached as a note to the block's own exception.
+- **Keep-alive** (``keep_alive=True``): a sandbox in use does not expire, an idle one still
+  does (:mod:`lizard_core._keep_alive`).
+- **Is it still there?** :meth:`Session.check_alive` (one ``GET``, failure paths only) records a
+  gone sandbox, so later uses fail at once.
+- **Errors and retries.** Only :class:`~lizard_core.errors.LizardIntegrationError` kinds are
+  raised. Idempotent calls are retried on transient failures, honouring ``retry_after``; a
+  create never is.
+- **Credentials.** The API key goes only to the SDK and the pooled client's header.
+- **Project.** Creating needs one (else :class:`ValueError` at construction); attaching does not.
+- **One pooled connection** (:meth:`Session.transport`) carries execs and files requests;
+  lifecycle calls stay on the SDK.
+- **Cost.** A new sandbox is one ``POST /api/sandboxes`` (the SDK resolves the project once per
+  process); no read-back follows.
 """
 
 from __future__ import annotations
