@@ -49,6 +49,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from lizard_core._guest import program
+from lizard_core._guest_relay import overhead
 from lizard_core._spill import fetch_bounded
 from lizard_core._staging import stage_body
 from lizard_core._wire import AGENT_STREAM_BUDGET, AgentEnd, AgentFrame, GuestFrame
@@ -209,7 +210,7 @@ def _check_argv_size(argv: list[str], env: dict[str, str], cwd: str | None) -> N
         if len(text.encode("utf-8", "surrogateescape")) >= ARG_MAX_ONE:
             raise _too_long(f"one argument or variable has {ARG_MAX_ONE} bytes or more")
     request = json.dumps({"argv": argv, "env": env, "cwd": cwd}, separators=(",", ":"))
-    carried = 4 * math.ceil(len(request) / 3) + len(program("agent"))
+    carried = 4 * math.ceil(len(request) / 3) + overhead(program("agent"))
     if carried > ARGV_BUDGET:
         raise _too_long(
             f"the command and its environment take {carried} bytes to send, over the "

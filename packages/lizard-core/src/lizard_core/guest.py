@@ -48,6 +48,7 @@ from typing import Any, Final, TypeVar
 from lizard_core._bridge import Cancellation, arun_cancellable, loop_callback
 from lizard_core._guest import program
 from lizard_core._guest_lines import LineReader
+from lizard_core._guest_relay import PYTHON, guest_argv
 from lizard_core._guest_stop import CANCEL_GRACE_S, GuestProcesses, GuestStopper
 from lizard_core._guest_wait import WaitLimits
 from lizard_core._jobs import (
@@ -98,8 +99,6 @@ Frame = dict[str, Any]
 
 _log = logging.getLogger(__name__)
 
-PYTHON: Final = ("python3", "-I", "-S", "-c")
-"""How a guest program starts: isolated from the sandbox's PYTHON* variables, without site."""
 HEARTBEAT_S: Final = 2.5
 """A silent guest sends a heartbeat frame this often."""
 STALL_S: Final = 15.0
@@ -160,7 +159,7 @@ class _GuestCall:
         if self.cleanup:
             body[GuestFrame.CLEANUP] = self.cleanup
         parts = _request_args(body)
-        self.argv = [*PYTHON, program_text, self.call_id, str(len(parts)), *parts, *data_args]
+        self.argv = guest_argv(program_text, [self.call_id, str(len(parts)), *parts, *data_args])
         self.on_frame = on_frame
         self.exec_timeout_ms = max(1000, int(exec_timeout_s * 1000))
         self.deadline_s = deadline_s

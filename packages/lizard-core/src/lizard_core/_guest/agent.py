@@ -378,12 +378,21 @@ def supervise(
 
 
 def op_signal(req: Frame) -> Frame:
-    """Signal another agent by pid, only if its argv still carries the expected call id."""
+    """Signal another guest by pid, only while it is still the call ``cid``.
+
+    A guest the launcher started carries the call id in its argv; one a hub forked names itself
+    by it (the first 15 characters, all ``/proc/<pid>/comm`` holds).
+    """
     pid = req["pid"]
+    call = req["cid"].encode("ascii")
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
-            if req["cid"].encode("ascii") not in handle.read().split(b"\0"):
-                return {"v": False}  # the pid now belongs to someone else
+            ours = call in handle.read().split(b"\0")
+        if not ours:
+            with open("/proc/%d/comm" % pid, "rb") as handle:
+                ours = handle.read().rstrip(b"\n") == call[:15]
+        if not ours:
+            return {"v": False}  # the pid now belongs to someone else
     except OSError:
         pass  # gone already (its groups may not be), or no /proc
     try:

@@ -1,0 +1,71 @@
+"""How a guest program is started: a shell relay to the sandbox's resident hub, else Python.
+
+Every guest call is one exec of ``sh -c RELAY lizard-guest <key> <hub> <program> <args>...``:
+
+- When the sandbox's hub for ``key`` is live (its pid file names a process whose fd 3 is the
+  hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the hub's child
+  writes the program's frames straight to the relay's stdout and the relay exits when the child
+  did. No Python starts and nothing is compiled for the operation.
+- Otherwise (the first call on a sandbox, a wiped ``/tmp``, a sandbox resumed without its
+  processes, another lizard-core version's hub, a hub that declined) the relay runs
+  ``python3 -I -S -c <hub> <key> <hub> <program> <args>...`` in the same exec, which starts a
+  hub for the next call and runs the program itself. So a hub is never required, and a stale
+  one is never used: the result is the same either way, in one request.
+- ``key`` is the hash of the relay and the hub program, so two versions never share a hub; the
+  program itself always travels in the request, so a hub runs whatever version it is sent.
+
+The hub's own contract is in :mod:`lizard_core._guest.hub`.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from typing import Final
+
+from lizard_core._guest import program
+
+__all__ = ["PYTHON", "RELAY", "guest_argv", "hub_key", "overhead"]
+
+PYTHON: Final = ("python3", "-I", "-S", "-c")
+"""How a guest program starts when no hub serves it: isolated from the sandbox's PYTHON*
+variables, without site."""
+
+RELAY: Final = """\
+d="${TMPDIR:-/tmp}/.lizard-hub-$1"
+trap 'exit 0' USR1
+trap 'exit 1' ALRM
+trap 'exec @PYTHON@ "$2" "$@"' USR2
+if { read -r p <"$d/pid"; } 2>/dev/null && [ -O "$d/in" ] && [ "$d/in" -ef "/proc/$p/fd/3" ]
+then
+  exec 4>&1
+  { printf '%s\\n' "$$" >&3; } 3<>"$d/in"
+  while [ -e "/proc/$p" ]; do sleep 1 </dev/null >/dev/null 2>&1 4>&- & wait $!; done
+  exit 70
+fi
+exec @PYTHON@ "$2" "$@"
+""".replace("@PYTHON@", " ".join(PYTHON))
+"""POSIX sh (dash, bash, busybox): builtins only on the hub path, except ``sleep`` once a
+second while a long operation runs (so a hub that dies mid-call frees the relay). Writing the
+pid points the relay's stdout at the FIFO for a moment, so the hub takes stdout from fd 4, a
+copy made before. Exit codes: 0 or 1 as the program's, 70 when the hub vanished
+under the call."""
+
+_NAME: Final = "lizard-guest"
+
+
+@functools.cache
+def hub_key() -> str:
+    """The hub's version: the hash of the relay and the hub program (16 hex digits)."""
+    digest = hashlib.sha256(RELAY.encode() + b"\0" + program("hub").encode())
+    return digest.hexdigest()[:16]
+
+
+def guest_argv(program_text: str, args: list[str]) -> list[str]:
+    """The exec argv that runs ``program_text`` with ``args`` (as ``sys.argv[1:]``)."""
+    return ["sh", "-c", RELAY, _NAME, hub_key(), program("hub"), program_text, *args]
+
+
+def overhead(program_text: str) -> int:
+    """Bytes of argv a call of ``program_text`` carries besides its own arguments."""
+    return sum(len(item) + 1 for item in guest_argv(program_text, []))
