@@ -40,7 +40,7 @@ if { read -r p <"$d/pid"; } 2>/dev/null && [ -O "$d/in" ] && [ "$d/in" -ef "/pro
 then
   exec 4>&1
   { printf '%s\\n' "$$" >&3; } 3<>"$d/in"
-  while [ -e "/proc/$p" ]; do sleep 1 </dev/null >/dev/null 2>&1 4>&- & wait $!; done
+  read -r p <"$d/wait"
   exit 70
 fi
 exec @PYTHON@ "$2" "$@"

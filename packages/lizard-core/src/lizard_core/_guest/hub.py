@@ -32,8 +32,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ._hub_child import CANNOT_ATTACH, close_from, read_at, relay_argv, run_main, spare
+
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, Dict, Optional, Tuple
 
 IDLE_S = 600.0
 """A hub without requests for this long exits (the next operation starts a new one)."""
@@ -41,10 +43,7 @@ CHECK_S = 5.0
 """How often an idle hub checks that its directory is still its own."""
 MAX_CODES = 8
 """Compiled programs kept (one per program text: agent, kernel client, another version's)."""
-RELAY_NAME = b"lizard-guest"
 FIFO_FD = 3
-STDOUT_FD = 4
-"""The relay's copy of its stdout (its fd 1 points at the FIFO while it writes its pid)."""
 PRELOAD = (
     "_socket",
     "binascii",
@@ -91,7 +90,7 @@ def launch() -> None:
         except OSError:
             pass  # no hub: this and later operations run here, as before
     code = compile(program, "<string>", "exec")
-    run_main(code, ["-c"] + sys.argv[4:])
+    os._exit(run_main(code, ["-c"] + sys.argv[4:]))
 
 
 def spawn_hub(hub_text: str, key: str) -> None:
@@ -114,65 +113,25 @@ def spawn_hub(hub_text: str, key: str) -> None:
         os._exit(127)
 
 
-def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd >= lowest and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-
-def run_main(code: Any, argv: List[str]) -> None:
-    """Run ``code`` as ``python -c`` runs its program, then leave with its exit code."""
-    import builtins
-
-    sys.argv = argv
-    status = 0
-    try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins, "__doc__": None})
-    except SystemExit as stop:
-        if stop.code is None:
-            status = 0
-        elif isinstance(stop.code, int):
-            status = stop.code
-        else:
-            sys.stderr.write("%s\n" % (stop.code,))
-            status = 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(status & 0xFF)
-
-
 # ── hub ──────────────────────────────────────────────────────────────────
 
 
 class Hub:
-    """The resident loop: relay pids in, one forked child per relay, relays released."""
+    """The resident loop: relay pids in, each handed to a spare child forked ahead of time."""
 
     def __init__(self, key: str) -> None:
         self.key = key
         self.directory = hub_dir(key)
-        # The key is the hash of this program and the relay: the same key, the same protocol.
-        self.expected = [RELAY_NAME, key.encode("ascii")]
         self.codes = {}  # type: Dict[bytes, Any]
         self.children = {}  # type: Dict[int, Tuple[int, int]]
+        self.spare = None  # type: Optional[Tuple[int, int]]
         self.pending = b""
         self.fifo = None  # type: Optional[os.stat_result]
 
     # set-up
 
     def claim(self) -> bool:
-        """Take the directory: private, locked, with a fresh FIFO on fd 3 and the pid file."""
+        """Take the directory: private, locked, FIFOs ``in`` (fd 3) and ``wait``, the pid file."""
         import fcntl
 
         try:
@@ -192,20 +151,26 @@ class Hub:
         # Held for the hub's life, above the FIFO's fd 3 (a lock taken on fd 3 would be lost).
         fcntl.fcntl(lock, fcntl.F_DUPFD_CLOEXEC, 10)
         os.close(lock)
-        fifo = os.path.join(self.directory, "in")
-        temp = fifo + ".%d" % os.getpid()
-        os.mkfifo(temp, 0o600)
-        fd = os.open(temp, os.O_RDWR | os.O_NONBLOCK)
-        if fd != FIFO_FD:
-            os.dup2(fd, FIFO_FD, inheritable=False)
-            os.close(fd)
-        os.rename(temp, fifo)
+        # Relays block reading ``wait``, which nobody writes: they wake on a signal, or on the
+        # end of file that the hub's death (its write end closing) gives them.
+        self.fresh_fifo("wait", 11)
+        self.fresh_fifo("in", FIFO_FD)
         self.fifo = os.fstat(FIFO_FD)
         pid_temp = os.path.join(self.directory, "pid.%d" % os.getpid())
         with open(pid_temp, "w") as f:
             f.write("%d\n" % os.getpid())
         os.rename(pid_temp, os.path.join(self.directory, "pid"))
         return True
+
+    def fresh_fifo(self, name: str, target: int) -> None:
+        path = os.path.join(self.directory, name)
+        temp = path + ".%d" % os.getpid()
+        os.mkfifo(temp, 0o600)
+        fd = os.open(temp, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
+        if fd != target:
+            os.dup2(fd, target, inheritable=False)
+            os.close(fd)
+        os.rename(temp, path)
 
     def still_ours(self) -> bool:
         try:
@@ -225,7 +190,7 @@ class Hub:
         """The platform does not let a hub serve relays: say so, so that none is started again."""
         try:
             with open(os.path.join(self.directory, "off"), "w") as f:
-                f.write("stdout cannot be reopened through /proc\n")
+                f.write("a relay's stdout cannot be reopened through /proc\n")
         except OSError:
             pass
         self.retire()
@@ -233,6 +198,7 @@ class Hub:
     # the loop
 
     def serve(self) -> None:
+        import gc
         import select
         import signal
         import time
@@ -243,10 +209,13 @@ class Hub:
             except ImportError:
                 pass
         wake_r, wake_w = os.pipe()
-        os.set_blocking(wake_r, False)
-        os.set_blocking(wake_w, False)
+        for fd in (wake_r, wake_w):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(wake_w)
+        gc.collect()
+        self.fork_spare()
         last = time.monotonic()
         retired = False
         while True:
@@ -256,26 +225,31 @@ class Hub:
                     os.read(wake_r, 512)
                 except OSError:
                     pass
-            self.reap()
+            if self.reap():
+                return
             if FIFO_FD in ready:
                 last = time.monotonic()
-                if not self.read_requests(wake_r, wake_w):
-                    retired = True
+                self.read_requests()
             if self.children:
+                # The next spare is forked once the request's child is done (or on demand):
+                # on a small machine the fork would compete with the child for a CPU.
                 continue
+            if self.spare is None and not retired:
+                self.fork_spare()
             if retired:
+                self.drop_spare()
                 return
             if time.monotonic() - last > IDLE_S or not self.still_ours():
                 self.retire()
                 retired = True
                 time.sleep(0.2)  # a relay that saw the pid file a moment ago writes now
 
-    def read_requests(self, *keep: int) -> bool:
-        """Serve every complete line in the FIFO; False once the platform refuses a hub."""
+    def read_requests(self) -> None:
+        """Hand every complete line in the FIFO (a relay pid) to a spare."""
         try:
             self.pending += os.read(FIFO_FD, 4096)
         except BlockingIOError:
-            return True
+            return
         lines = self.pending.split(b"\n")
         self.pending = lines.pop()[-64:]
         for line in lines:
@@ -283,148 +257,89 @@ class Hub:
                 relay = int(line)
             except ValueError:
                 continue
-            if relay > 0 and not self.start(relay, keep):
-                self.give_up()
-                return False
-        return True
+            if relay > 0:
+                self.dispatch(relay)
 
-    def start(self, relay: int, keep: Tuple[int, ...]) -> bool:
-        """Fork a child for ``relay``; False only when its stdout cannot be reopened at all."""
-        import signal
-
+    def dispatch(self, relay: int) -> None:
+        if self.spare is None:
+            self.fork_spare()
+        assert self.spare is not None
+        child, jobs = self.spare
+        self.spare = None
         try:
             proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
-            return True  # gone already
-        fds = []  # type: List[int]
+            self.spare = (child, jobs)  # the relay is gone already
+            return
+        os.write(jobs, b"%d\n" % relay)
+        os.close(jobs)
+        self.children[child] = (relay, proc)
+        self.learn(proc)  # while the child works: compile a new program for the next spares
+
+    def learn(self, proc: int) -> None:
+        if len(self.codes) >= MAX_CODES:
+            return
         try:
-            argv, env, umask = self.describe(proc)
-            if argv is None:
-                self.release(relay, proc, signal.SIGUSR2)
-                return True
+            argv = relay_argv(proc, self.key.encode("ascii"))
+            if argv is not None and argv[0] not in self.codes:
+                self.codes[argv[0]] = compile(argv[0], "<string>", "exec")
+        except (OSError, SyntaxError, ValueError):
+            pass
+
+    def fork_spare(self) -> None:
+        import gc
+
+        jobs_r, jobs_w = os.pipe()
+        gc.freeze()  # children skip the hub's objects when they collect: fewer pages copied
+        child = os.fork()
+        if child == 0:
             try:
-                for fd, mode in ((0, os.O_RDONLY), (STDOUT_FD, os.O_WRONLY), (2, os.O_WRONLY)):
-                    fds.append(os.open("fd/%d" % fd, mode | os.O_CLOEXEC, dir_fd=proc))
-            except OSError:
-                self.release(relay, proc, signal.SIGUSR2)
-                return False
-            code = self.code(argv[3])
-            child = os.fork()
-            if child == 0:
-                self.child(relay, fds, env, umask, code, argv[4:], keep)
-            self.children[child] = (relay, proc)
-            proc = -1
-        except Exception:
-            if proc >= 0:
-                self.release(relay, proc, signal.SIGUSR2)
-                proc = -1
-        finally:
-            for fd in fds:
-                os.close(fd)
-        return True
+                spare(jobs_r, self.key.encode("ascii"), self.codes)
+            finally:
+                os._exit(70)
+        os.close(jobs_r)
+        os.set_inheritable(jobs_w, False)
+        self.spare = (child, jobs_w)
 
-    def describe(self, proc: int) -> Tuple[Any, Dict[bytes, bytes], int]:
-        """The relay's argv, environment and umask, or None for argv when it is not ours."""
-        if os.fstat(proc).st_uid != os.getuid():
-            return None, {}, 0
-        argv = read_at(proc, "cmdline").split(b"\0")[3:-1]  # after ``sh -c <relay>``
-        if argv[:2] != self.expected or len(argv) < 5:
-            return None, {}, 0
-        env = {}
-        for item in read_at(proc, "environ").split(b"\0"):
-            name, sep, value = item.partition(b"=")
-            if sep and name:
-                env[name] = value
-        umask = 0o022
-        for line in read_at(proc, "status").splitlines():
-            if line.startswith(b"Umask:"):
-                umask = int(line.split()[1], 8)
-        return argv, env, umask
+    def drop_spare(self) -> None:
+        if self.spare is not None:
+            os.close(self.spare[1])  # the spare reads end of file and exits
+            self.spare = None
 
-    def code(self, text: bytes) -> Any:
-        code = self.codes.get(text)
-        if code is None:
-            if len(self.codes) >= MAX_CODES:
-                self.codes.clear()
-            code = self.codes[text] = compile(text, "<string>", "exec")
-        return code
-
-    def child(
-        self,
-        relay: int,
-        fds: List[int],
-        env: Dict[bytes, bytes],
-        umask: int,
-        code: Any,
-        args: List[bytes],
-        keep: Tuple[int, ...],
-    ) -> None:
-        """In the forked child: become the relay's guest process and run the program."""
+    def reap(self) -> bool:
+        """Reap children; a relay whose child was killed is ended here. True: give up."""
         import signal
 
-        try:
-            signal.set_wakeup_fd(-1)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os.setpgid(0, 0)
-            os.chdir("/proc/%d/cwd" % relay)
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-            close_from(3)
-            os.umask(umask)
-            os.environb.clear()
-            os.environb.update(env)
-            call = args[0].decode("ascii", "replace")
-            with open("/proc/self/comm", "w") as comm:
-                comm.write(call[:15])
-            argv = ["-c"] + [os.fsdecode(arg) for arg in args]
-        except BaseException:
-            os._exit(70)
-        run_main(code, argv)
-
-    def reap(self) -> None:
-        import signal
-
-        while self.children:
+        while True:
             try:
                 child, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return False
             if child == 0:
-                return
+                return False
+            if self.spare is not None and child == self.spare[0]:
+                os.close(self.spare[1])
+                self.spare = None  # a spare that died unused: the next request forks one
+                continue
             relay, proc = self.children.pop(child, (0, -1))
-            if proc >= 0:
-                ok = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
-                self.release(relay, proc, signal.SIGUSR1 if ok else signal.SIGALRM)
-
-    @staticmethod
-    def release(relay: int, proc: int, signum: int) -> None:
-        """Signal the relay, but only while ``/proc/<relay>`` is still the process we served."""
-        try:
-            os.stat("stat", dir_fd=proc)
-            os.kill(relay, signum)
-        except OSError:
-            pass
-        finally:
+            if proc < 0:
+                continue
+            if os.WIFSIGNALED(status):
+                try:
+                    os.stat("stat", dir_fd=proc)
+                    os.kill(relay, signal.SIGALRM)
+                except OSError:
+                    pass
             os.close(proc)
-
-
-def read_at(directory: int, name: str) -> bytes:
-    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
-    try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                return b"".join(chunks)
-            chunks.append(chunk)
-    finally:
-        os.close(fd)
+            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CANNOT_ATTACH:
+                self.give_up()
+                self.drop_spare()
+                return True
 
 
 def main() -> None:
     if sys.argv[1:2] == ["serve"] and len(sys.argv) == 3:
-        key = sys.argv[2]
-        hub = Hub(key)
+        hub = Hub(sys.argv[2])
         if hub.claim():
             hub.serve()
         os._exit(0)
