@@ -38,18 +38,19 @@ trap 'exit 1' ALRM
 trap 'exec @PYTHON@ "$2" "$@"' USR2
 if { read -r p <"$d/pid"; } 2>/dev/null && [ -O "$d/in" ] && [ "$d/in" -ef "/proc/$p/fd/3" ]
 then
-  exec 4>&1
+  exec 4>&1 5<"$d/wait"
   { printf '%s\\n' "$$" >&3; } 3<>"$d/in"
-  read -r p <"$d/wait"
+  read -r p <&5
   exit 70
 fi
 exec @PYTHON@ "$2" "$@"
 """.replace("@PYTHON@", " ".join(PYTHON))
-"""POSIX sh (dash, bash, busybox): builtins only on the hub path, except ``sleep`` once a
-second while a long operation runs (so a hub that dies mid-call frees the relay). Writing the
-pid points the relay's stdout at the FIFO for a moment, so the hub takes stdout from fd 4, a
-copy made before. Exit codes: 0 or 1 as the program's, 70 when the hub vanished
-under the call."""
+"""POSIX sh (dash, bash, busybox), builtins only. The relay blocks reading the hub's ``wait``
+FIFO, which nobody writes: the hub's child ends it with a signal (``USR1``: exit 0, ``ALRM``:
+exit 1, ``USR2``: run the launcher after all, nothing having run), and end of file (the hub and
+all its children gone without a word) ends it with 70. ``wait`` is opened before the pid is sent,
+so a directory wiped at that moment ends the relay with nothing sent. Writing the pid points the
+relay's stdout at the FIFO for a moment, so the hub takes stdout from fd 4, a copy made before."""
 
 _NAME: Final = "lizard-guest"
 

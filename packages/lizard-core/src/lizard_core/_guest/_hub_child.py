@@ -5,7 +5,8 @@ Given a relay pid it reads the relay's argv, environment, umask and working dire
 ``/proc``, takes the relay's stdin, stdout (the relay's fd 4 copy) and stderr, names itself by
 the call id and runs the program as ``python3 -c`` would. It ends the relay itself: ``SIGUSR1``
 (exit 0) or ``SIGALRM`` (exit 1) once the program ended, ``SIGUSR2`` (run the launcher) when it
-could not start the program, so nothing ran.
+could not start the program, so nothing ran. It holds the ``wait`` FIFO (:data:`WAIT_FD`) open
+until it exits, so that its relay outlives it even when the hub dies first.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 RELAY_NAME = b"lizard-guest"
 STDOUT_FD = 4
 """The relay's copy of its stdout (its fd 1 points at the FIFO while it writes its pid)."""
+WAIT_FD = 11
+"""The hub's end of the ``wait`` FIFO; every child keeps a copy until it exits, so a relay
+blocked reading it sees end of file only once the hub and every child are gone."""
 CANNOT_ATTACH = 71
 """A spare's exit code when the relay's stdout cannot be reopened: the hub gives up."""
 NOT_STARTED = 70
@@ -77,7 +81,7 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setpgid(0, 0)
-    close_from(3, (jobs,))
+    close_from(3, (jobs, WAIT_FD))
     rehearse(codes)
     line = b""
     while not line.endswith(b"\n"):

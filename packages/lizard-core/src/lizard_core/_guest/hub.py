@@ -32,7 +32,14 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ._hub_child import CANNOT_ATTACH, close_from, read_at, relay_argv, run_main, spare
+from ._hub_child import (
+    CANNOT_ATTACH,
+    WAIT_FD,
+    close_from,
+    relay_argv,
+    run_main,
+    spare,
+)
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, Optional, Tuple
@@ -152,8 +159,8 @@ class Hub:
         fcntl.fcntl(lock, fcntl.F_DUPFD_CLOEXEC, 10)
         os.close(lock)
         # Relays block reading ``wait``, which nobody writes: they wake on a signal, or on the
-        # end of file that the hub's death (its write end closing) gives them.
-        self.fresh_fifo("wait", 11)
+        # end of file once the hub and its children (the write ends) are all gone.
+        self.fresh_fifo("wait", WAIT_FD)
         self.fresh_fifo("in", FIFO_FD)
         self.fifo = os.fstat(FIFO_FD)
         pid_temp = os.path.join(self.directory, "pid.%d" % os.getpid())

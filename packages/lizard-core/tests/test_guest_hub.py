@@ -1,0 +1,226 @@
+"""The resident hub (lizard_core._guest.hub) and the relay that reaches it (_guest_relay).
+
+Each test gets a sandbox of its own, so the first guest call on it runs the launcher and starts
+a hub; which of the two served a call shows in the name of the command's parent process: a
+hub's child names itself by the call id, the launcher is ``python3``.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lizard_core import _guest_relay
+from lizard_core._guest import program, source
+from lizard_core._guest_relay import guest_argv
+from lizard_core.commands import run_command
+from lizard_core.config import SandboxConfig
+from lizard_core.session import Session
+from lizard_local import LocalServer
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+HUB_DIR = '"${TMPDIR:-/tmp}/.lizard-hub-$K"'
+# What a command sees of the process that started it and of its own environment.
+PROBE = "cat /proc/$PPID/comm; env | sort; pwd; umask; id; ls /proc/self/fd | wc -l"
+
+
+@pytest.fixture
+def session(lizard_local: LocalServer) -> Iterator[Session]:
+    config = SandboxConfig.from_env(lifetime_ms=300_000, integration="lizard-core-tests")
+    session = Session(config)
+    session.sandbox()
+    try:
+        yield session
+    finally:
+        session.destroy()
+
+
+def _shell(session: Session, script: str) -> str:
+    """Run ``script`` with ``$K`` set to the hub key; its stdout."""
+    result = run_command(session, ["sh", "-c", script], env={"K": _guest_relay.hub_key()})
+    assert result.exit_code == 0, result
+    return result.stdout.decode()
+
+
+def _probe(session: Session) -> tuple[str, str]:
+    """(the parent's name, everything else the probe printed)."""
+    parent, _, rest = run_command(session, ["sh", "-c", PROBE]).stdout.decode().partition("\n")
+    return parent, rest
+
+
+def _served_by_hub(parent: str) -> bool:
+    return re.fullmatch(r"[0-9a-f]{15}", parent) is not None
+
+
+def _wait_for_hub(session: Session) -> None:
+    """The launcher starts the hub in the background: wait until its pid file is there."""
+    deadline = time.monotonic() + 30
+    while "pid" not in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split():
+        assert time.monotonic() < deadline, "no hub started"
+        time.sleep(0.05)
+
+
+def test_the_hub_program_is_python_3_8_code() -> None:
+    ast.parse(source("hub"), feature_version=(3, 8))
+    ast.parse(program("hub"), feature_version=(3, 8))
+    assert len(program("hub")) < 12 * 1024  # it travels in every request, for the fallback
+
+
+def test_a_later_call_is_served_by_the_hub_as_the_launcher_would_run_it(
+    session: Session, lizard_counters: LocalServer
+) -> None:
+    first_parent, first = _probe(session)
+    assert not _served_by_hub(first_parent)  # a new sandbox: the launcher ran it
+    _wait_for_hub(session)
+    lizard_counters.reset_counters()
+    parent, later = _probe(session)
+    assert _served_by_hub(parent), parent
+    # Same environment, directory, umask, user and open descriptors either way.
+    assert later == first
+    assert lizard_counters.counters()["routes"] == {EXEC: 1}
+
+
+def test_files_and_commands_through_the_hub_give_the_same_results(session: Session) -> None:
+    from lizard_core.files import SandboxFiles
+
+    files = SandboxFiles(session)
+    _probe(session)
+    _wait_for_hub(session)
+    files.write_bytes("/tmp/hub-check/a.bin", bytes(range(256)) * 64)
+    assert files.read_bytes("/tmp/hub-check/a.bin") == bytes(range(256)) * 64
+    assert files.stat("/tmp/hub-check/a.bin").size == 256 * 64
+    result = run_command(session, ["sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (result.exit_code, result.stdout, result.stderr) == (3, b"out\n", b"err\n")
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid)", id="hub-killed"),
+        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid); rm -rf {HUB_DIR}", id="tmp-wiped"),
+        pytest.param(f"echo 1 > {HUB_DIR}/pid", id="pid-file-names-another-process"),
+        pytest.param(f"echo garbage > {HUB_DIR}/pid", id="pid-file-garbage"),
+        pytest.param(f"rm {HUB_DIR}/in; : > {HUB_DIR}/in", id="fifo-replaced"),
+    ],
+)
+def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(
+    session: Session, lizard_counters: LocalServer, damage: str
+) -> None:
+    _, expected = _probe(session)
+    _wait_for_hub(session)
+    _shell(session, damage)
+    for _ in range(3):
+        lizard_counters.reset_counters()
+        _, seen = _probe(session)
+        assert seen == expected
+        assert lizard_counters.counters()["routes"] == {EXEC: 1}
+
+
+def test_a_new_hub_replaces_a_killed_one(session: Session) -> None:
+    _probe(session)
+    _wait_for_hub(session)
+    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    parent, _ = _probe(session)
+    assert not _served_by_hub(parent)  # the launcher, in the same exec
+    _wait_for_hub(session)
+    parent, _ = _probe(session)
+    assert _served_by_hub(parent)
+
+
+def test_a_hub_dying_mid_call_leaves_the_call_to_finish(session: Session) -> None:
+    _probe(session)
+    _wait_for_hub(session)
+    result: dict[str, Any] = {}
+
+    def slow() -> None:
+        result["r"] = run_command(session, ["sh", "-c", "sleep 2; echo finished"])
+
+    thread = threading.Thread(target=slow)
+    thread.start()
+    time.sleep(0.7)
+    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    thread.join(60)
+    assert result["r"].stdout == b"finished\n"
+    assert result["r"].exit_code == 0
+
+
+def test_two_versions_keep_separate_hubs(
+    session: Session, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _probe(session)
+    _wait_for_hub(session)
+    mine = _guest_relay.hub_key()
+    other = "0" * 16
+    monkeypatch.setattr(_guest_relay, "hub_key", lambda: other)  # another version's relay
+    parent, _ = _probe(session)
+    assert not _served_by_hub(parent)  # this version's hub does not serve another's relay
+    _wait_for_hub(session)
+    parent, _ = _probe(session)
+    assert _served_by_hub(parent)
+    monkeypatch.undo()
+    parent, _ = _probe(session)
+    assert _served_by_hub(parent)  # and the first one still serves its own
+    listing = _shell(session, 'ls -a "${TMPDIR:-/tmp}"').split()
+    assert {f".lizard-hub-{mine}", f".lizard-hub-{other}"} <= set(listing)
+
+
+def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
+    session: Session,
+) -> None:
+    """A relay whose stdout is a socket cannot be reopened through /proc: the hub gives up."""
+    _probe(session)
+    _wait_for_hub(session)
+    request = base64.b64encode(json.dumps({"op": "exists", "path": "/tmp"}).encode()).decode()
+    argv = guest_argv(program("agent"), ["c0ffee00c0ffee00", "1", request])
+    wrapper = (
+        "import json, socket, subprocess, sys\n"
+        "argv = json.loads(sys.stdin.read())\n"
+        "mine, theirs = socket.socketpair()\n"
+        "proc = subprocess.Popen(argv, stdout=theirs, stdin=subprocess.DEVNULL)\n"
+        "theirs.close()\n"
+        "out = b''.join(iter(lambda: mine.recv(65536), b''))\n"
+        "sys.stdout.write(json.dumps([proc.wait(), out.decode()]))\n"
+    )
+    done = run_command(session, ["python3", "-c", wrapper], input=json.dumps(argv).encode())
+    _, output = json.loads(done.stdout)
+    frames = [json.loads(line) for line in output.splitlines()]
+    assert frames[-1] == {"t": "end", "v": True}
+    assert "off" in _shell(session, f"ls {HUB_DIR}").split()
+    # From now on every call runs the launcher, and still gives its result.
+    parent, _ = _probe(session)
+    assert not _served_by_hub(parent)
+
+
+def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
+    """Outside any sandbox: the relay and hub under the oldest Python 3.8+ here."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").symlink_to(old_python)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
+    argv = guest_argv(program("agent"), ["c0ffee00c0ffee00", "1", request])
+    directory = tmp_path / f".lizard-hub-{_guest_relay.hub_key()}"
+    try:
+        for _ in range(3):
+            done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
+            assert json.loads(done.stdout.splitlines()[-1]) == {"t": "end", "v": True}
+            deadline = time.monotonic() + 30
+            while not (directory / "pid").exists():
+                assert time.monotonic() < deadline, done.stderr
+                time.sleep(0.05)
+        hub = int((directory / "pid").read_text())
+        assert os.path.realpath(f"/proc/{hub}/exe") == os.path.realpath(old_python)
+    finally:
+        if (directory / "pid").exists():
+            os.kill(int((directory / "pid").read_text()), 9)
