@@ -65,6 +65,14 @@ def relay_argv(proc: int, key: bytes) -> Optional[List[bytes]]:
     return argv[6:]
 
 
+def unpack(program: bytes) -> Any:
+    """A program as it travels (deflated, base64), compiled."""
+    import binascii
+    import zlib
+
+    return compile(zlib.decompress(binascii.a2b_base64(program)), "<string>", "exec")
+
+
 def signal_relay(relay: int, proc: int, signum: int) -> None:
     """Signal the relay, but only while ``/proc/<relay>`` is still the process we served."""
     try:
@@ -101,7 +109,7 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
         if found is not None:
             code = codes.get(found[0])
             if code is None:
-                code = compile(found[0], "<string>", "exec")
+                code = unpack(found[0])
             if not attach(relay, proc):
                 signal_relay(relay, proc, signal.SIGUSR2)
                 os._exit(CANNOT_ATTACH)

@@ -1,27 +1,25 @@
 """The resident guest: runs guest programs without a Python start-up per operation.
 
 Standard library only, Python 3.8+, Linux ``/proc``. Every operation reaches the sandbox as
-``sh -c <relay> lizard-guest <key> <this program> <program> <args>...`` (the relay is
-``lizard_core._guest_relay.RELAY``). What holds:
+``sh -c <relay> lizard-guest <key> <hub> <program> <args>...``, both programs deflated and
+base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
 
-- **Launcher** (what the relay runs when no hub answers): ``python3 -I -S -c <this program>
-  <key> <this program> <program> <args>...`` first starts a hub for ``key`` unless one runs or
-  the sandbox cannot host one, then runs ``<program>`` in this process exactly as
-  ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``, exit code).
-- **Hub** (``python3 -I -S -c <this program> serve <key>``): one per sandbox, user and ``key``
-  (the hash of this program and the relay), in the private directory
-  ``$TMPDIR/.lizard-hub-<key>`` (``/tmp`` without ``TMPDIR``), held by a lock so that at most one
-  runs. It reads relay pids from the FIFO ``in`` (its fd 3; ``pid`` names the hub), and for each
-  relay forks a child that takes the relay's stdin, stdout, stderr, environment, working
-  directory and umask from ``/proc``, names itself by the call id (``/proc/<pid>/comm``, the
-  first 15 characters, for ``op_signal``) and runs the program the relay carries (compiled once
-  per program text). When the child exits the relay is told to exit (``SIGUSR1``: code 0, else
-  ``SIGALRM``: code 1); a relay it cannot serve is told to run the launcher (``SIGUSR2``).
+- **Launcher** (what the relay runs when no hub answers): ``python3 -I -S -c BOOT <key> <hub>
+  <program> <args>...`` (``BOOT`` unpacks and runs this program) first starts a hub for ``key``
+  unless one runs or the sandbox cannot host one, then runs ``<program>`` in this process exactly
+  as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``, exit code).
+- **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``): one per sandbox, user and ``key`` (the
+  hash of this program and the relay), in the private directory ``$TMPDIR/.lizard-hub-<key>``
+  (``/tmp`` without ``TMPDIR``), held by a lock so that at most one runs. It reads relay pids
+  from the FIFO ``in`` (its fd 3; ``pid`` names the hub) and hands each to a spare child forked
+  ahead of time (:mod:`._hub_child`), which becomes the relay's guest process, runs the program
+  the relay carries (compiled once per program) and ends the relay. A child killed before it
+  could ends its relay from here (``SIGALRM``).
 - **Safe to lose.** A hub that is gone, stale (a wiped directory, a sandbox resumed without its
   processes, a reused pid) or of another version is never used: the relay checks that the pid
   file names a live process whose fd 3 is the FIFO, and otherwise runs the launcher in the same
-  exec. A hub that cannot reopen a relay's stdout (the platform does not give it a pipe) writes
-  ``off`` and exits: from then on every operation runs the launcher.
+  exec. A hub whose child cannot reopen a relay's stdout (the platform does not give it a pipe)
+  writes ``off`` and exits: from then on every operation runs the launcher.
 - **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open,
   and exits after :data:`IDLE_S` without a request or once its directory is no longer its own.
 """
@@ -34,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from ._hub_child import (
     CANNOT_ATTACH,
+    unpack,
     WAIT_FD,
     close_from,
     relay_argv,
@@ -89,18 +88,18 @@ def hub_pid(directory: str) -> int:
 
 def launch() -> None:
     """Start a hub when none runs, then run the program in this process."""
-    key, hub_text, program = sys.argv[1], sys.argv[2], sys.argv[3]
+    key, hub, program = sys.argv[1], sys.argv[2], sys.argv[3]
     directory = hub_dir(key)
     if not os.path.exists(os.path.join(directory, "off")) and not hub_pid(directory):
         try:
-            spawn_hub(hub_text, key)
+            spawn_hub(key, hub)
         except OSError:
             pass  # no hub: this and later operations run here, as before
-    code = compile(program, "<string>", "exec")
+    code = unpack(program.encode("ascii"))
     os._exit(run_main(code, ["-c"] + sys.argv[4:]))
 
 
-def spawn_hub(hub_text: str, key: str) -> None:
+def spawn_hub(key: str, hub: str) -> None:
     """Start ``serve`` detached: its own session, stdio on /dev/null, no other descriptors."""
     pid = os.fork()
     if pid:
@@ -115,7 +114,9 @@ def spawn_hub(hub_text: str, key: str) -> None:
             os.dup2(null, fd)
         close_from(3)
         os.chdir("/")
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", hub_text, "serve", key])
+        with open("/proc/self/cmdline", "rb") as f:
+            boot = f.read().split(b"\0")[4]  # this process's own ``-c`` program
+        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", boot, key, hub, "serve"])
     finally:
         os._exit(127)
 
@@ -289,8 +290,8 @@ class Hub:
         try:
             argv = relay_argv(proc, self.key.encode("ascii"))
             if argv is not None and argv[0] not in self.codes:
-                self.codes[argv[0]] = compile(argv[0], "<string>", "exec")
-        except (OSError, SyntaxError, ValueError):
+                self.codes[argv[0]] = unpack(argv[0])
+        except Exception:  # a bad program fails in its child, where it is reported
             pass
 
     def fork_spare(self) -> None:
@@ -345,8 +346,8 @@ class Hub:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["serve"] and len(sys.argv) == 3:
-        hub = Hub(sys.argv[2])
+    if sys.argv[3:] == ["serve"]:
+        hub = Hub(sys.argv[1])
         if hub.claim():
             hub.serve()
         os._exit(0)
