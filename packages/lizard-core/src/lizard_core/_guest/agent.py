@@ -269,7 +269,9 @@ class CommandOutput:
         self.limit, self.wire = req["limit"], req["wire"]
         self.total = [0, 0, 0]
         self.spill: List[Any] = [None, None, None]
-        self.packers = {1: zlib.compressobj(6), 2: zlib.compressobj(6)}
+        # Made at a stream's first output: a deflate state is about 256 KiB to allocate, and
+        # most commands leave one stream or both empty.
+        self.packers: Dict[int, Any] = {}
         self.over = False
 
     def send(self, index: int, data: bytes) -> bytes:
@@ -279,7 +281,9 @@ class CommandOutput:
             if fit < min(len(data), 4096):
                 return data
             piece, data = data[:fit], data[fit:]
-            packer = self.packers[index]
+            packer = self.packers.get(index)
+            if packer is None:
+                packer = self.packers[index] = zlib.compressobj(6)
             emit_data("z", packer.compress(piece) + packer.flush(zlib.Z_SYNC_FLUSH), {"s": index})
         return data
 
