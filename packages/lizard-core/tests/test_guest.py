@@ -21,6 +21,7 @@ import pytest
 from lizard_core import guest
 from lizard_core._guest import program, source
 from lizard_core._guest_lines import LineReader
+from lizard_core._guest_relay import PYTHON
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
@@ -55,7 +56,7 @@ def test_the_program_is_python_3_8_code_in_both_forms() -> None:
 def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> list[dict[str, Any]]:
     """Run the compact agent directly (no sandbox) and return its frames."""
     encoded = base64.b64encode(json.dumps(request).encode()).decode()
-    argv = [python, *guest.PYTHON[1:], program("agent"), "c0ffee", "1", encoded]
+    argv = [python, *PYTHON[1:], program("agent"), "c0ffee", "1", encoded]
     argv += guest.encode_args(data)
     done = subprocess.run(argv, capture_output=True, timeout=60, check=True)
     assert done.stderr == b""
@@ -76,7 +77,7 @@ def test_an_agent_that_is_not_root_refuses_to_switch_users() -> None:
     request = {"op": "run", "argv": ["id", "-u"], "user": "root", "limit": 1 << 20, "wire": 1 << 20}
     encoded = base64.b64encode(json.dumps(request).encode()).decode()
     unprivileged = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
-    argv = [*unprivileged, "/usr/bin/python3", *guest.PYTHON[1:], program("agent"), "c0", "1"]
+    argv = [*unprivileged, "/usr/bin/python3", *PYTHON[1:], program("agent"), "c0", "1"]
     done = subprocess.run([*argv, encoded], capture_output=True, timeout=60, check=True, cwd="/")
     frames = [json.loads(line) for line in done.stdout.splitlines()]
     assert (frames[-1]["rc"], frames[-1]["se"]) == (126, errno.EPERM)

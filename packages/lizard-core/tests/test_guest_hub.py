@@ -157,9 +157,7 @@ def test_a_hub_dying_mid_call_leaves_the_call_to_finish(session: Session) -> Non
     assert result["r"].exit_code == 0
 
 
-def test_two_versions_keep_separate_hubs(
-    session: Session, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_two_versions_keep_separate_hubs(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     _probe(session)
     _wait_for_hub(session)
     mine = _guest_relay.hub_key()

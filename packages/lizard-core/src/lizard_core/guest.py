@@ -48,7 +48,7 @@ from typing import Any, Final, TypeVar
 from lizard_core._bridge import Cancellation, arun_cancellable, loop_callback
 from lizard_core._guest import program
 from lizard_core._guest_lines import LineReader
-from lizard_core._guest_relay import PYTHON, guest_argv
+from lizard_core._guest_relay import guest_argv
 from lizard_core._guest_stop import CANCEL_GRACE_S, GuestProcesses, GuestStopper
 from lizard_core._guest_wait import WaitLimits
 from lizard_core._jobs import (

@@ -44,7 +44,7 @@ def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
 def read_at(directory: int, name: str) -> bytes:
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
     try:
-        chunks = []
+        chunks: List[bytes] = []
         while True:
             chunk = os.read(fd, 1 << 20)
             if not chunk:
@@ -103,7 +103,8 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
         proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         os._exit(0)  # the relay is gone
-    code, argv = None, None  # type: Any, Optional[List[str]]
+    code: Any = None
+    argv: Optional[List[str]] = None
     try:
         found = relay_argv(proc, key)
         if found is not None:
@@ -135,9 +136,12 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
 
 
 def rehearse(codes: Dict[bytes, Any]) -> None:
-    """Touch, before a job arrives, what a job will touch: the pages a fork shares with the hub
-    are copied on first write (reference counts included), so this moves that copying off the
-    request's path. Module bodies only: ``__name__`` is not ``"__main__"``, so nothing runs."""
+    """Touch, before a job arrives, what a job will touch.
+
+    The pages a fork shares with the hub are copied on first write (reference counts included),
+    so this moves that copying off the request's path. Module bodies only: ``__name__`` is not
+    ``"__main__"``, so nothing runs.
+    """
     import builtins
     import json
 

@@ -32,12 +32,12 @@ from typing import TYPE_CHECKING
 
 from ._hub_child import (
     CANNOT_ATTACH,
-    unpack,
     WAIT_FD,
     close_from,
     relay_argv,
     run_main,
     spare,
+    unpack,
 )
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
@@ -116,7 +116,8 @@ def spawn_hub(key: str, hub: str) -> None:
         os.chdir("/")
         with open("/proc/self/cmdline", "rb") as f:
             boot = f.read().split(b"\0")[4]  # this process's own ``-c`` program
-        os.execv(sys.executable, [sys.executable, "-I", "-S", "-c", boot, key, hub, "serve"])
+        python = sys.executable.encode()
+        os.execv(python, [python, b"-I", b"-S", b"-c", boot, key.encode(), hub.encode(), b"serve"])
     finally:
         os._exit(127)
 
@@ -130,11 +131,11 @@ class Hub:
     def __init__(self, key: str) -> None:
         self.key = key
         self.directory = hub_dir(key)
-        self.codes = {}  # type: Dict[bytes, Any]
-        self.children = {}  # type: Dict[int, Tuple[int, int]]
-        self.spare = None  # type: Optional[Tuple[int, int]]
+        self.codes: Dict[bytes, Any] = {}
+        self.children: Dict[int, Tuple[int, int]] = {}
+        self.spare: Optional[Tuple[int, int]] = None
         self.pending = b""
-        self.fifo = None  # type: Optional[os.stat_result]
+        self.fifo: Optional[os.stat_result] = None
 
     # set-up
 
@@ -182,9 +183,10 @@ class Hub:
 
     def still_ours(self) -> bool:
         try:
-            return os.path.samestat(os.stat(os.path.join(self.directory, "in")), self.fifo)
+            fifo = os.stat(os.path.join(self.directory, "in"))
         except OSError:
             return False
+        return self.fifo is not None and os.path.samestat(fifo, self.fifo)
 
     def retire(self) -> None:
         """Stop taking requests: new relays run the launcher; ones already queued are served."""
