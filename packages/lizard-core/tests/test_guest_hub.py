@@ -114,6 +114,7 @@ def test_files_and_commands_through_the_hub_give_the_same_results(session: Sessi
         pytest.param(f"echo 1 > {HUB_DIR}/pid", id="pid-file-names-another-process"),
         pytest.param(f"echo garbage > {HUB_DIR}/pid", id="pid-file-garbage"),
         pytest.param(f"rm {HUB_DIR}/in; : > {HUB_DIR}/in", id="fifo-replaced"),
+        pytest.param(f"kill -STOP $(cat {HUB_DIR}/pid)", id="hub-stopped"),
     ],
 )
 def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(

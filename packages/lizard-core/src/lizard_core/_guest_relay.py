@@ -3,8 +3,8 @@
 Every guest call is one exec of ``sh -c RELAY lizard-guest <key> <hub> <program> <args>...``, the
 two programs deflated and base64 (:func:`packed`), so a call carries less than one plain program:
 
-- When the sandbox's hub for ``key`` is live (its pid file names a process whose fd 3 is the
-  hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the hub's child
+- When the sandbox's hub for ``key`` is live (its pid file names a process, not stopped, whose
+  fd 3 is the hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the hub's child
   writes the program's frames straight to the relay's stdout and the relay exits when the child
   did. No Python starts and nothing is compiled for the operation.
 - Otherwise (the first call on a sandbox, a wiped ``/tmp``, a sandbox resumed without its
@@ -42,7 +42,8 @@ d="${TMPDIR:-/tmp}/.lizard-hub-$1"
 trap 'exit 0' USR1
 trap 'exit 1' ALRM
 trap 'exec @PYTHON@ "@BOOT@" "$@"' USR2
-if { read -r p <"$d/pid"; } 2>/dev/null && [ -O "$d/in" ] && [ "$d/in" -ef "/proc/$p/fd/3" ]
+if { read -r p <"$d/pid" && read -r _ _ s _ <"/proc/$p/stat"; } 2>/dev/null &&
+  [ "$s" != T ] && [ "$s" != t ] && [ -O "$d/in" ] && [ "$d/in" -ef "/proc/$p/fd/3" ]
 then
   exec 4>&1 5<"$d/wait"
   { printf '%s\\n' "$$" >&3; } 3<>"$d/in"
