@@ -4,9 +4,9 @@ Every guest call is one exec of ``sh -c RELAY lizard-guest <key> <hub> <program>
 two programs deflated and base64 (:func:`packed`), so a call carries less than one plain program:
 
 - When the sandbox's hub for ``key`` is live (its pid file names a process, not stopped, whose
-  fd 3 is the hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the hub's child
-  writes the program's frames straight to the relay's stdout and the relay exits when the child
-  did. No Python starts and nothing is compiled for the operation.
+  fd 3 is the hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the
+  hub's child writes the program's frames straight to the relay's stdout and the relay exits
+  when the child did. No Python starts and nothing is compiled for the operation.
 - Otherwise (the first call on a sandbox, a wiped ``/tmp``, a sandbox resumed without its
   processes, another lizard-core version's hub, a hub that declined) the relay runs
   ``python3 -I -S -c BOOT <key> <hub> <program> <args>...`` in the same exec, which starts a

@@ -17,9 +17,10 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
   could ends its relay from here (``SIGALRM``).
 - **Safe to lose.** A hub that is gone, stale (a wiped directory, a sandbox resumed without its
   processes, a reused pid, a stopped process) or of another version is never used: the relay
-  checks that the pid file names a live process, not stopped, whose fd 3 is the FIFO, and otherwise runs the launcher in the same
-  exec. A hub whose child cannot reopen a relay's stdout (the platform does not give it a pipe)
-  writes ``off`` and exits: from then on every operation runs the launcher.
+  checks that the pid file names a live process, not stopped, whose fd 3 is the FIFO, and
+  otherwise runs the launcher in the same exec. A hub whose child cannot reopen a relay's
+  stdout (the platform does not give it a pipe) writes ``off`` and exits: from then on every
+  operation runs the launcher.
 - **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open,
   and exits after :data:`IDLE_S` without a request or once its directory is no longer its own.
 """
