@@ -57,17 +57,16 @@ def _slower_line(run: Run, setting: Setting) -> str | None:
 def _target_lines(run: Run) -> list[str]:
     lines = []
     for target in SPEED_TARGETS:
-        setting = target.setting
-        both = run.compared(setting, target.operation)
-        if both is None:
+        measured = run.speedup(target)
+        if measured is None:
             continue
-        ref, ours = both
-        speedup = ref.seconds / ours.seconds
+        ref, ours, speedup = measured
         verdict = "meets" if target.met(speedup) else "misses"
         lines.append(
-            f"- At {setting.description}, {target.what} takes {format_ms(ours.seconds)} ms with "
-            f"{ours.requests[0]:g} request(s) against {format_ms(ref.seconds)} ms with "
-            f"{ref.requests[0]:g}: {speedup:.1f}×, which {verdict} the {target.factor:g}× target."
+            f"- At {target.setting.description}, {target.what} takes "
+            f"{format_ms(ours.seconds)} ms with {ours.requests[0]:g} request(s) against "
+            f"{format_ms(ref.seconds)} ms with {ref.requests[0]:g}: {speedup:.1f}×, "
+            f"which {verdict} the {target.factor:g}× target."
         )
     return lines
 

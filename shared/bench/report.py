@@ -22,6 +22,7 @@ from catalogue import (
     SPEED_TARGETS,
     Operation,
     Setting,
+    SpeedTarget,
     operation,
 )
 
@@ -147,6 +148,14 @@ class Run:
         """The (0.1.0, ours) cells when both sides measured ``op``, else None."""
         ref, ours = self.get(setting, op, REF), self.get(setting, op, OURS)
         return (ref, ours) if ref is not None and ours is not None else None
+
+    def speedup(self, target: SpeedTarget) -> tuple[Cell, Cell, float] | None:
+        """The (0.1.0, ours) cells of ``target`` and 0.1.0's time over ours, or None unmeasured."""
+        both = self.compared(target.setting, target.operation)
+        if both is None:
+            return None
+        ref, ours = both
+        return ref, ours, ref.seconds / ours.seconds
 
     def failures(self) -> list[str]:
         """One line per cell that failed."""
@@ -391,14 +400,12 @@ def acceptance_lines(run: Run) -> list[str]:
         mark = "✅" if worst <= 1 else "❌"
         lines.append(f"- {mark} {label}: at most 1 request — ours: at most {worst} in every run")
     for target in SPEED_TARGETS:
-        both = run.compared(target.setting, target.operation)
-        where = f"at {target.setting.description}"
-        wanted = f"{target.what} at least {target.factor:g}× faster {where}"
-        if both is None:
+        wanted = f"{target.what} at least {target.factor:g}× faster at {target.setting.description}"
+        measured = run.speedup(target)
+        if measured is None:
             lines.append(f"- ⚪ {wanted} — not measured")
             continue
-        ref, ours = both
-        speedup = ref.seconds / ours.seconds
+        ref, ours, speedup = measured
         mark = "✅" if target.met(speedup) else "❌"
         lines.append(
             f"- {mark} {wanted} — {speedup:.1f}× ({format_ms(ours.seconds)} ms vs "
@@ -623,8 +630,7 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
         "a streamed exec's whole run included); ours / limit divides ours by the limit row, the "
         "bare SDK exec of `true` on one kept-alive connection, in wall time and in server time.",
     ]
-    for setting in run.settings:
-        parts += ["", f"### {setting.description}", "", setting_table(run, setting)]
+    parts += _setting_sections("", [(s, setting_table(run, s)) for s in run.settings])
     slowest = max(run.settings, key=lambda s: (s.connection_ms, s.response_ms))
     parts += [
         "",
@@ -649,19 +655,15 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
             "`nox -s bench -- --pooled` adds the what-if that justified it: a third driver with "
             "lizard-sdk's own exec and files code routed through one `httpx.Client`.",
         ]
-        for setting, table in pooled:
-            if table:
-                parts += ["", f"### Pooled, {setting.description}", "", table]
+        parts += _setting_sections("Pooled, ", pooled)
         if any(table for _, table in probes):
             parts += [
                 "",
                 "What one request pays for its connection: the same small exec request (JSON mode, "
                 "`true`) sent three ways, without an adapter, interleaved. The first row minus the "
                 "last is the set-up a pooled client saves per request.",
+                *_setting_sections("One request, ", probes),
             ]
-            for setting, table in probes:
-                if table:
-                    parts += ["", f"### One request, {setting.description}", "", table]
     memory = memory_table(run)
     if memory:
         parts += [
@@ -682,6 +684,16 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
     if failures:
         parts += ["", "## Failures", "", *(f"- {line}" for line in failures)]
     return "\n".join(parts) + "\n"
+
+
+def _setting_sections(prefix: str, tables: list[tuple[Setting, str]]) -> list[str]:
+    """A ``### {prefix}{setting}`` section for each setting that has a table."""
+    return [
+        line
+        for setting, table in tables
+        if table
+        for line in ("", f"### {prefix}{setting.description}", "", table)
+    ]
 
 
 def all_operations() -> list[Operation]:
