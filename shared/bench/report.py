@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from catalogue import (
     LIMIT,
@@ -34,6 +34,7 @@ __all__ = [
     "ChartRow",
     "Run",
     "Sample",
+    "SpeedResult",
     "acceptance_lines",
     "chart_rows",
     "format_count",
@@ -117,6 +118,15 @@ def _spread(values: Iterable[int]) -> tuple[float, int, int]:
     return statistics.median(items), min(items), max(items)
 
 
+class SpeedResult(NamedTuple):
+    """One speed target as measured: both cells, 0.1.0's time over ours, and the verdict."""
+
+    ref: Cell
+    ours: Cell
+    speedup: float
+    met: bool
+
+
 @dataclass
 class Run:
     """Everything one run measured, and where."""
@@ -149,13 +159,18 @@ class Run:
         ref, ours = self.get(setting, op, REF), self.get(setting, op, OURS)
         return (ref, ours) if ref is not None and ours is not None else None
 
-    def speedup(self, target: SpeedTarget) -> tuple[Cell, Cell, float] | None:
-        """The (0.1.0, ours) cells of ``target`` and 0.1.0's time over ours, or None unmeasured."""
-        both = self.compared(target.setting, target.operation)
-        if both is None:
-            return None
-        ref, ours = both
-        return ref, ours, ref.seconds / ours.seconds
+    def speed_results(self) -> list[tuple[SpeedTarget, SpeedResult | None]]:
+        """Each speed target with what was measured for it (None: not both sides)."""
+        results: list[tuple[SpeedTarget, SpeedResult | None]] = []
+        for target in SPEED_TARGETS:
+            both = self.compared(target.setting, target.operation)
+            if both is None:
+                results.append((target, None))
+                continue
+            ref, ours = both
+            speedup = ref.seconds / ours.seconds
+            results.append((target, SpeedResult(ref, ours, speedup, target.met(speedup))))
+        return results
 
     def failures(self) -> list[str]:
         """One line per cell that failed."""
@@ -399,17 +414,15 @@ def acceptance_lines(run: Run) -> list[str]:
         worst = max(counts)
         mark = "✅" if worst <= 1 else "❌"
         lines.append(f"- {mark} {label}: at most 1 request — ours: at most {worst} in every run")
-    for target in SPEED_TARGETS:
+    for target, result in run.speed_results():
         wanted = f"{target.what} at least {target.factor:g}× faster at {target.setting.description}"
-        measured = run.speedup(target)
-        if measured is None:
+        if result is None:
             lines.append(f"- ⚪ {wanted} — not measured")
             continue
-        ref, ours, speedup = measured
-        mark = "✅" if target.met(speedup) else "❌"
+        mark = "✅" if result.met else "❌"
         lines.append(
-            f"- {mark} {wanted} — {speedup:.1f}× ({format_ms(ours.seconds)} ms vs "
-            f"{format_ms(ref.seconds)} ms)"
+            f"- {mark} {wanted} — {result.speedup:.1f}× ({format_ms(result.ours.seconds)} ms vs "
+            f"{format_ms(result.ref.seconds)} ms)"
         )
     return lines
 

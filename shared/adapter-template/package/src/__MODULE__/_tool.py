@@ -31,11 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any, ClassVar, Final
 
 from lizard_core.commands import CommandResult, arun_command, run_command
 from lizard_core.checks import check_seconds, package_version
+from lizard_core.closing import ClosesOnExit
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.session import Session
 
@@ -74,7 +74,7 @@ class CommandOutput:
         return "\n".join(parts)
 
 
-class LizardTool:
+class LizardTool(ClosesOnExit):
     """Run shell commands in one Lizard sandbox.
 
     Args:
@@ -151,28 +151,6 @@ class LizardTool:
         """Async :meth:`close`."""
         with tool_errors():
             await self._session.adestroy()
-
-    def __enter__(self) -> LizardTool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> LizardTool:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _output(result: CommandResult) -> CommandOutput:
