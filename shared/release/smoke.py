@@ -34,7 +34,7 @@ import sys
 import traceback
 import urllib.request
 import zipfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -69,6 +69,31 @@ def expect(condition: bool, message: str) -> None:
     """Raise ``SmokeFailure`` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise SmokeFailure(message)
+
+
+def expect_answer(package: str, exit_code: int, stdout: str, *, stream: str = "stdout") -> None:
+    """Raise ``SmokeFailure`` unless ``COMMAND`` exited 0 and printed its answer (42)."""
+    expect(
+        exit_code == 0 and stdout.strip() == "42",
+        f"{package}: {COMMAND} gave exit {exit_code}, {stream} {stdout!r}",
+    )
+
+
+def run_and_clean_up(
+    open_: Callable[[], Awaitable[Any]],
+    use: Callable[[Any], Awaitable[Any]],
+    clean_up: Callable[[Any], Awaitable[object]],
+) -> Any:
+    """Open a resource, use it and clean it up whatever happens, in one event loop."""
+
+    async def run() -> Any:
+        resource = await open_()
+        try:
+            return await use(resource)
+        finally:
+            await clean_up(resource)
+
+    return asyncio.run(run())
 
 
 def wheel_path(dist_dir: Path, name: str, version: str) -> Path:
@@ -146,10 +171,7 @@ def use_lizard_core() -> str:
     with session_class(sandbox_config.from_env()) as session:
         result = session.sandbox().process.exec_(COMMAND)
         sandbox_id = session.sandbox_id
-    expect(
-        result.exit_code == 0 and result.stdout.strip() == "42",
-        f"lizard-core: {COMMAND} gave exit {result.exit_code}, stdout {result.stdout!r}",
-    )
+    expect_answer("lizard-core", result.exit_code, result.stdout)
     return f"Session created {sandbox_id}, ran python3 (42), destroyed it"
 
 
@@ -208,18 +230,13 @@ def use_pydantic_ai_lizard() -> str:
     )
     capability_class()
 
-    async def run() -> Any:
-        backend = backend_class()
-        try:
-            return await backend.run(COMMAND)
-        finally:
-            await backend.destroy()
+    async def open_backend() -> Any:
+        return backend_class()
 
-    result = asyncio.run(run())
-    expect(
-        result.exit_code == 0 and result.stdout.strip() == "42",
-        f"pydantic-ai-lizard: {COMMAND} gave exit {result.exit_code}, stdout {result.stdout!r}",
+    result = run_and_clean_up(
+        open_backend, lambda backend: backend.run(COMMAND), lambda backend: backend.destroy()
     )
+    expect_answer("pydantic-ai-lizard", result.exit_code, result.stdout)
     return "LizardSandboxBackend ran python3 (42) and destroyed its sandbox"
 
 
@@ -230,19 +247,12 @@ def use_inspect_lizard() -> str:
         "inspect_lizard", "LizardSandboxEnvironment", "LizardSandboxConfig"
     )
     config = config_class(template="base", lifetime_ms=60_000)
-
-    async def run() -> Any:
-        environments = await environment_class.sample_init("smoke", config, {})
-        try:
-            return await environments["default"].exec(COMMAND)
-        finally:
-            await environment_class.sample_cleanup("smoke", config, environments, False)
-
-    result = asyncio.run(run())
-    expect(
-        result.returncode == 0 and result.stdout.strip() == "42",
-        f"inspect-lizard: {COMMAND} gave exit {result.returncode}, stdout {result.stdout!r}",
+    result = run_and_clean_up(
+        lambda: environment_class.sample_init("smoke", config, {}),
+        lambda environments: environments["default"].exec(COMMAND),
+        lambda environments: environment_class.sample_cleanup("smoke", config, environments, False),
     )
+    expect_answer("inspect-lizard", result.returncode, result.stdout)
     return "LizardSandboxEnvironment ran python3 (42) in a sample's sandbox and destroyed it"
 
 
@@ -254,15 +264,16 @@ def use_lizard_adk() -> str:
     )
     from google.adk.code_executors.code_execution_utils import CodeExecutionInput
 
-    async def run() -> Any:
+    async def open_environment() -> Any:
         environment = environment_class(template="base")
         await environment.initialize()
-        try:
-            return await environment.execute(shlex.join(COMMAND))
-        finally:
-            await environment.close()
+        return environment
 
-    result = asyncio.run(run())
+    result = run_and_clean_up(
+        open_environment,
+        lambda environment: environment.execute(shlex.join(COMMAND)),
+        lambda environment: environment.close(),
+    )
     executor = executor_class(stateful=True, template="base")
     try:
         block = executor.execute_code(None, CodeExecutionInput(code="6 * 7", execution_id="smoke"))
@@ -283,10 +294,7 @@ def use_langchain_lizard() -> str:
         result = backend.execute(shlex.join(COMMAND))
         written = backend.write("/tmp/smoke/hello.txt", "hello")
         [download] = backend.download_files(["/tmp/smoke/hello.txt"])
-    expect(
-        result.exit_code == 0 and result.output.strip() == "42",
-        f"langchain-lizard: {COMMAND} gave exit {result.exit_code}, output {result.output!r}",
-    )
+    expect_answer("langchain-lizard", result.exit_code, result.output, stream="output")
     expect(
         written.error is None and download.content == b"hello",
         f"langchain-lizard: write gave {written!r}, download {download!r}",
