@@ -65,6 +65,12 @@ def public(module_name: str, *names: str) -> list[Any]:
     return [getattr(module, name) for name in names]
 
 
+def public_served(module_name: str, *names: str) -> list[Any]:
+    """:func:`public`, for a use that runs against the shared lizard-local (:func:`need_server`)."""
+    need_server()
+    return public(module_name, *names)
+
+
 def expect(condition: bool, message: str) -> None:
     """Raise ``SmokeFailure`` with ``message`` unless ``condition`` holds."""
     if not condition:
@@ -165,8 +171,7 @@ def need_server() -> None:
 
 def use_lizard_core() -> str:
     """Create a sandbox with lizard-core's Session, run one command in it, destroy it."""
-    need_server()
-    (sandbox_config,) = public("lizard_core.config", "SandboxConfig")
+    (sandbox_config,) = public_served("lizard_core.config", "SandboxConfig")
     (session_class,) = public("lizard_core.session", "Session")
     with session_class(sandbox_config.from_env()) as session:
         result = session.sandbox().process.exec_(COMMAND)
@@ -206,8 +211,7 @@ def use_lizard_local() -> str:
 
 def use_smolagents_lizard() -> str:
     """Run one step through LizardExecutor, the way a CodeAgent calls it, then clean up."""
-    need_server()
-    (executor_class,) = public("smolagents_lizard", "LizardExecutor")
+    (executor_class,) = public_served("smolagents_lizard", "LizardExecutor")
     executor = executor_class(additional_imports=[])
     try:
         output = executor("print('smoke')\n6 * 7")
@@ -224,8 +228,7 @@ def use_smolagents_lizard() -> str:
 
 def use_pydantic_ai_lizard() -> str:
     """Run one command through LizardSandboxBackend, destroy it; build the capability (no I/O)."""
-    need_server()
-    backend_class, capability_class = public(
+    backend_class, capability_class = public_served(
         "pydantic_ai_lizard", "LizardSandboxBackend", "LizardSandbox"
     )
     capability_class()
@@ -242,8 +245,7 @@ def use_pydantic_ai_lizard() -> str:
 
 def use_inspect_lizard() -> str:
     """Run one command in a sample's sandbox the way an Inspect eval does, then clean up."""
-    need_server()
-    environment_class, config_class = public(
+    environment_class, config_class = public_served(
         "inspect_lizard", "LizardSandboxEnvironment", "LizardSandboxConfig"
     )
     config = config_class(template="base", lifetime_ms=60_000)
@@ -258,8 +260,7 @@ def use_inspect_lizard() -> str:
 
 def use_lizard_adk() -> str:
     """Run one command through LizardEnvironment and one block through LizardCodeExecutor."""
-    need_server()
-    environment_class, executor_class = public(
+    environment_class, executor_class = public_served(
         "lizard_adk", "LizardEnvironment", "LizardCodeExecutor"
     )
     from google.adk.code_executors.code_execution_utils import CodeExecutionInput
@@ -288,8 +289,7 @@ def use_lizard_adk() -> str:
 
 def use_langchain_lizard() -> str:
     """Run one command and a file round trip through the Deep Agents backend, then destroy it."""
-    need_server()
-    (backend_class,) = public("langchain_lizard", "LizardSandbox")
+    (backend_class,) = public_served("langchain_lizard", "LizardSandbox")
     with backend_class() as backend:
         result = backend.execute(shlex.join(COMMAND))
         written = backend.write("/tmp/smoke/hello.txt", "hello")

@@ -171,18 +171,6 @@ class ExpectedErrors:
     """Raised when the operation's request fails with a 5xx (a failure a retry may fix)."""
 
 
-@dataclass(frozen=True)
-class _AdapterKit:
-    """The adapter's fixtures, gathered: how a rule builds, drives and cleans up its object."""
-
-    make: Callable[..., Any]
-    run_python: Callable[[Any, str], object]
-    operate: Callable[[Any], object]
-    cleanup: Callable[[Any], object]
-    errors: ExpectedErrors
-    fault_route: str
-
-
 # ── looking at a sandbox from the outside ────────────────────────────────────
 
 
@@ -403,6 +391,18 @@ def _is_async(fn: Callable[..., object]) -> bool:
 
 
 # ── the contract ─────────────────────────────────────────────────────────────
+
+
+@dataclass(frozen=True)
+class _AdapterKit:
+    """The adapter's fixtures, gathered: how a rule builds, drives and cleans up its object."""
+
+    make: Callable[..., Any]
+    run_python: Callable[[Any, str], object]
+    operate: Callable[[Any], object]
+    cleanup: Callable[[Any], object]
+    errors: ExpectedErrors
+    fault_route: str
 
 
 class AdapterContract:
