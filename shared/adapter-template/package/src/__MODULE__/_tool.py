@@ -95,7 +95,9 @@ class LizardTool(ClosesOnExit):
     ) -> None:
         self._timeout = check_seconds(timeout)
         config = SandboxConfig.from_env(
-            **options, integration=INTEGRATION, integration_version=package_version("__DIST__")
+            **options,
+            integration=INTEGRATION,
+            integration_version=package_version("__DIST__"),
         )
         self._session = Session(config)
 
