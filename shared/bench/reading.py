@@ -55,21 +55,14 @@ def _slower_line(run: Run, setting: Setting) -> str | None:
 
 
 def _target_lines(run: Run) -> list[str]:
-    lines = []
-    for target in SPEED_TARGETS:
-        setting = target.setting
-        both = run.compared(setting, target.operation)
-        if both is None:
-            continue
-        ref, ours = both
-        speedup = ref.seconds / ours.seconds
-        verdict = "meets" if target.met(speedup) else "misses"
-        lines.append(
-            f"- At {setting.description}, {target.what} takes {format_ms(ours.seconds)} ms with "
-            f"{ours.requests[0]:g} request(s) against {format_ms(ref.seconds)} ms with "
-            f"{ref.requests[0]:g}: {speedup:.1f}×, which {verdict} the {target.factor:g}× target."
-        )
-    return lines
+    return [
+        f"- At {target.setting.description}, {target.what} takes "
+        f"{format_ms(r.ours.seconds)} ms with {r.ours.requests[0]:g} request(s) against "
+        f"{format_ms(r.ref.seconds)} ms with {r.ref.requests[0]:g}: {r.speedup:.1f}×, "
+        f"which {'meets' if r.met else 'misses'} the {target.factor:g}× target."
+        for target, r in run.speed_results()
+        if r is not None
+    ]
 
 
 def _connection_lines(run: Run) -> list[str]:

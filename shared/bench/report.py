@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from catalogue import (
     LIMIT,
@@ -22,6 +22,7 @@ from catalogue import (
     SPEED_TARGETS,
     Operation,
     Setting,
+    SpeedTarget,
     operation,
 )
 
@@ -33,6 +34,7 @@ __all__ = [
     "ChartRow",
     "Run",
     "Sample",
+    "SpeedResult",
     "acceptance_lines",
     "chart_rows",
     "format_count",
@@ -116,6 +118,15 @@ def _spread(values: Iterable[int]) -> tuple[float, int, int]:
     return statistics.median(items), min(items), max(items)
 
 
+class SpeedResult(NamedTuple):
+    """One speed target as measured: both cells, 0.1.0's time over ours, and the verdict."""
+
+    ref: Cell
+    ours: Cell
+    speedup: float
+    met: bool
+
+
 @dataclass
 class Run:
     """Everything one run measured, and where."""
@@ -147,6 +158,19 @@ class Run:
         """The (0.1.0, ours) cells when both sides measured ``op``, else None."""
         ref, ours = self.get(setting, op, REF), self.get(setting, op, OURS)
         return (ref, ours) if ref is not None and ours is not None else None
+
+    def speed_results(self) -> list[tuple[SpeedTarget, SpeedResult | None]]:
+        """Each speed target with what was measured for it (None: not both sides)."""
+        results: list[tuple[SpeedTarget, SpeedResult | None]] = []
+        for target in SPEED_TARGETS:
+            both = self.compared(target.setting, target.operation)
+            if both is None:
+                results.append((target, None))
+                continue
+            ref, ours = both
+            speedup = ref.seconds / ours.seconds
+            results.append((target, SpeedResult(ref, ours, speedup, target.met(speedup))))
+        return results
 
     def failures(self) -> list[str]:
         """One line per cell that failed."""
@@ -390,19 +414,15 @@ def acceptance_lines(run: Run) -> list[str]:
         worst = max(counts)
         mark = "✅" if worst <= 1 else "❌"
         lines.append(f"- {mark} {label}: at most 1 request — ours: at most {worst} in every run")
-    for target in SPEED_TARGETS:
-        both = run.compared(target.setting, target.operation)
-        where = f"at {target.setting.description}"
-        wanted = f"{target.what} at least {target.factor:g}× faster {where}"
-        if both is None:
+    for target, result in run.speed_results():
+        wanted = f"{target.what} at least {target.factor:g}× faster at {target.setting.description}"
+        if result is None:
             lines.append(f"- ⚪ {wanted} — not measured")
             continue
-        ref, ours = both
-        speedup = ref.seconds / ours.seconds
-        mark = "✅" if target.met(speedup) else "❌"
+        mark = "✅" if result.met else "❌"
         lines.append(
-            f"- {mark} {wanted} — {speedup:.1f}× ({format_ms(ours.seconds)} ms vs "
-            f"{format_ms(ref.seconds)} ms)"
+            f"- {mark} {wanted} — {result.speedup:.1f}× ({format_ms(result.ours.seconds)} ms vs "
+            f"{format_ms(result.ref.seconds)} ms)"
         )
     return lines
 
@@ -623,8 +643,7 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
         "a streamed exec's whole run included); ours / limit divides ours by the limit row, the "
         "bare SDK exec of `true` on one kept-alive connection, in wall time and in server time.",
     ]
-    for setting in run.settings:
-        parts += ["", f"### {setting.description}", "", setting_table(run, setting)]
+    parts += _setting_sections("", [(s, setting_table(run, s)) for s in run.settings])
     slowest = max(run.settings, key=lambda s: (s.connection_ms, s.response_ms))
     parts += [
         "",
@@ -649,19 +668,15 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
             "`nox -s bench -- --pooled` adds the what-if that justified it: a third driver with "
             "lizard-sdk's own exec and files code routed through one `httpx.Client`.",
         ]
-        for setting, table in pooled:
-            if table:
-                parts += ["", f"### Pooled, {setting.description}", "", table]
+        parts += _setting_sections("Pooled, ", pooled)
         if any(table for _, table in probes):
             parts += [
                 "",
                 "What one request pays for its connection: the same small exec request (JSON mode, "
                 "`true`) sent three ways, without an adapter, interleaved. The first row minus the "
                 "last is the set-up a pooled client saves per request.",
+                *_setting_sections("One request, ", probes),
             ]
-            for setting, table in probes:
-                if table:
-                    parts += ["", f"### One request, {setting.description}", "", table]
     memory = memory_table(run)
     if memory:
         parts += [
@@ -682,6 +697,16 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
     if failures:
         parts += ["", "## Failures", "", *(f"- {line}" for line in failures)]
     return "\n".join(parts) + "\n"
+
+
+def _setting_sections(prefix: str, tables: list[tuple[Setting, str]]) -> list[str]:
+    """A ``### {prefix}{setting}`` section for each setting that has a table."""
+    return [
+        line
+        for setting, table in tables
+        if table
+        for line in ("", f"### {prefix}{setting.description}", "", table)
+    ]
 
 
 def all_operations() -> list[Operation]:

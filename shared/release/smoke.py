@@ -34,7 +34,7 @@ import sys
 import traceback
 import urllib.request
 import zipfile
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -65,10 +65,41 @@ def public(module_name: str, *names: str) -> list[Any]:
     return [getattr(module, name) for name in names]
 
 
+def public_served(module_name: str, *names: str) -> list[Any]:
+    """:func:`public`, for a use that runs against the shared lizard-local (:func:`need_server`)."""
+    need_server()
+    return public(module_name, *names)
+
+
 def expect(condition: bool, message: str) -> None:
     """Raise ``SmokeFailure`` with ``message`` unless ``condition`` holds."""
     if not condition:
         raise SmokeFailure(message)
+
+
+def expect_answer(package: str, exit_code: int, stdout: str, *, stream: str = "stdout") -> None:
+    """Raise ``SmokeFailure`` unless ``COMMAND`` exited 0 and printed its answer (42)."""
+    expect(
+        exit_code == 0 and stdout.strip() == "42",
+        f"{package}: {COMMAND} gave exit {exit_code}, {stream} {stdout!r}",
+    )
+
+
+def run_and_clean_up(
+    open_: Callable[[], Awaitable[Any]],
+    use: Callable[[Any], Awaitable[Any]],
+    clean_up: Callable[[Any], Awaitable[object]],
+) -> Any:
+    """Open a resource, use it and clean it up whatever happens, in one event loop."""
+
+    async def run() -> Any:
+        resource = await open_()
+        try:
+            return await use(resource)
+        finally:
+            await clean_up(resource)
+
+    return asyncio.run(run())
 
 
 def wheel_path(dist_dir: Path, name: str, version: str) -> Path:
@@ -140,16 +171,12 @@ def need_server() -> None:
 
 def use_lizard_core() -> str:
     """Create a sandbox with lizard-core's Session, run one command in it, destroy it."""
-    need_server()
-    (sandbox_config,) = public("lizard_core.config", "SandboxConfig")
+    (sandbox_config,) = public_served("lizard_core.config", "SandboxConfig")
     (session_class,) = public("lizard_core.session", "Session")
     with session_class(sandbox_config.from_env()) as session:
         result = session.sandbox().process.exec_(COMMAND)
         sandbox_id = session.sandbox_id
-    expect(
-        result.exit_code == 0 and result.stdout.strip() == "42",
-        f"lizard-core: {COMMAND} gave exit {result.exit_code}, stdout {result.stdout!r}",
-    )
+    expect_answer("lizard-core", result.exit_code, result.stdout)
     return f"Session created {sandbox_id}, ran python3 (42), destroyed it"
 
 
@@ -184,8 +211,7 @@ def use_lizard_local() -> str:
 
 def use_smolagents_lizard() -> str:
     """Run one step through LizardExecutor, the way a CodeAgent calls it, then clean up."""
-    need_server()
-    (executor_class,) = public("smolagents_lizard", "LizardExecutor")
+    (executor_class,) = public_served("smolagents_lizard", "LizardExecutor")
     executor = executor_class(additional_imports=[])
     try:
         output = executor("print('smoke')\n6 * 7")
@@ -202,67 +228,53 @@ def use_smolagents_lizard() -> str:
 
 def use_pydantic_ai_lizard() -> str:
     """Run one command through LizardSandboxBackend, destroy it; build the capability (no I/O)."""
-    need_server()
-    backend_class, capability_class = public(
+    backend_class, capability_class = public_served(
         "pydantic_ai_lizard", "LizardSandboxBackend", "LizardSandbox"
     )
     capability_class()
 
-    async def run() -> Any:
-        backend = backend_class()
-        try:
-            return await backend.run(COMMAND)
-        finally:
-            await backend.destroy()
+    async def open_backend() -> Any:
+        return backend_class()
 
-    result = asyncio.run(run())
-    expect(
-        result.exit_code == 0 and result.stdout.strip() == "42",
-        f"pydantic-ai-lizard: {COMMAND} gave exit {result.exit_code}, stdout {result.stdout!r}",
+    result = run_and_clean_up(
+        open_backend, lambda backend: backend.run(COMMAND), lambda backend: backend.destroy()
     )
+    expect_answer("pydantic-ai-lizard", result.exit_code, result.stdout)
     return "LizardSandboxBackend ran python3 (42) and destroyed its sandbox"
 
 
 def use_inspect_lizard() -> str:
     """Run one command in a sample's sandbox the way an Inspect eval does, then clean up."""
-    need_server()
-    environment_class, config_class = public(
+    environment_class, config_class = public_served(
         "inspect_lizard", "LizardSandboxEnvironment", "LizardSandboxConfig"
     )
     config = config_class(template="base", lifetime_ms=60_000)
-
-    async def run() -> Any:
-        environments = await environment_class.sample_init("smoke", config, {})
-        try:
-            return await environments["default"].exec(COMMAND)
-        finally:
-            await environment_class.sample_cleanup("smoke", config, environments, False)
-
-    result = asyncio.run(run())
-    expect(
-        result.returncode == 0 and result.stdout.strip() == "42",
-        f"inspect-lizard: {COMMAND} gave exit {result.returncode}, stdout {result.stdout!r}",
+    result = run_and_clean_up(
+        lambda: environment_class.sample_init("smoke", config, {}),
+        lambda environments: environments["default"].exec(COMMAND),
+        lambda environments: environment_class.sample_cleanup("smoke", config, environments, False),
     )
+    expect_answer("inspect-lizard", result.returncode, result.stdout)
     return "LizardSandboxEnvironment ran python3 (42) in a sample's sandbox and destroyed it"
 
 
 def use_lizard_adk() -> str:
     """Run one command through LizardEnvironment and one block through LizardCodeExecutor."""
-    need_server()
-    environment_class, executor_class = public(
+    environment_class, executor_class = public_served(
         "lizard_adk", "LizardEnvironment", "LizardCodeExecutor"
     )
     from google.adk.code_executors.code_execution_utils import CodeExecutionInput
 
-    async def run() -> Any:
+    async def open_environment() -> Any:
         environment = environment_class(template="base")
         await environment.initialize()
-        try:
-            return await environment.execute(shlex.join(COMMAND))
-        finally:
-            await environment.close()
+        return environment
 
-    result = asyncio.run(run())
+    result = run_and_clean_up(
+        open_environment,
+        lambda environment: environment.execute(shlex.join(COMMAND)),
+        lambda environment: environment.close(),
+    )
     executor = executor_class(stateful=True, template="base")
     try:
         block = executor.execute_code(None, CodeExecutionInput(code="6 * 7", execution_id="smoke"))
@@ -277,16 +289,12 @@ def use_lizard_adk() -> str:
 
 def use_langchain_lizard() -> str:
     """Run one command and a file round trip through the Deep Agents backend, then destroy it."""
-    need_server()
-    (backend_class,) = public("langchain_lizard", "LizardSandbox")
+    (backend_class,) = public_served("langchain_lizard", "LizardSandbox")
     with backend_class() as backend:
         result = backend.execute(shlex.join(COMMAND))
         written = backend.write("/tmp/smoke/hello.txt", "hello")
         [download] = backend.download_files(["/tmp/smoke/hello.txt"])
-    expect(
-        result.exit_code == 0 and result.output.strip() == "42",
-        f"langchain-lizard: {COMMAND} gave exit {result.exit_code}, output {result.output!r}",
-    )
+    expect_answer("langchain-lizard", result.exit_code, result.output, stream="output")
     expect(
         written.error is None and download.content == b"hello",
         f"langchain-lizard: write gave {written!r}, download {download!r}",

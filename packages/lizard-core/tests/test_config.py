@@ -25,7 +25,9 @@ from lizard_core.config import (
     METADATA_VERSION_KEY,
     MIN_LIFETIME_MS,
     SIZES,
+    BasicSandboxOptions,
     SandboxConfig,
+    SandboxOptions,
 )
 
 KEY = "liz_test_0123456789abcdef"
@@ -524,3 +526,12 @@ def test_any_input_is_valid_or_raises_type_or_value_error(
         assert key not in repr(config)
         assert all(key not in v for v in config.envs.values())
     inspect.signature(lizard.Sandbox.create).bind(**config.create_kwargs())
+
+
+def test_sandbox_options_are_the_settings_from_env_takes() -> None:
+    parameters = set(inspect.signature(SandboxConfig.from_env).parameters)
+    settings = parameters - {"integration", "integration_version", "environ"}
+    assert set(SandboxOptions.__annotations__) == settings
+    assert set(BasicSandboxOptions.__annotations__) < settings
+    options: SandboxOptions = {"api_key": "k", "api_url": "http://127.0.0.1:9", "region": "eu"}
+    assert SandboxConfig.from_env(**options, environ={}).region == "eu"

@@ -134,6 +134,16 @@ def sandboxes_killed(lizard_local: LocalServer) -> Iterator[None]:
 RULES = TestBlockingReferenceAdapter()
 
 
+def kit(
+    make: Callable[..., Any],
+    run: Callable[[Any, str], object] = run_python,
+    cleanup: Callable[[Any], object] = close,
+) -> contract._AdapterKit:
+    """The fixtures a rule would get for an adapter built by ``make``."""
+    operate = contract.quick_operation(run_python)
+    return contract._AdapterKit(make, run, operate, cleanup, EXPECTED, contract.EXEC_ROUTE)
+
+
 class KeyInCommandEnvironment(ReferenceShell):
     def run(self, argv: Sequence[str]) -> CommandResult:
         key = self.session.config.api_key.reveal()
@@ -163,7 +173,7 @@ def test_a_key_in_the_sandbox_fails_the_credentials_rule(
 ) -> None:
     with pytest.raises(CONTRACT_FAILED, match="the API key"):
         RULES.test_credentials_never_reach_the_sandbox(
-            lizard_local, adapter, leaky_run_python, close, monkeypatch, caplog
+            lizard_local, kit(adapter, leaky_run_python), monkeypatch, caplog
         )
 
 
@@ -183,19 +193,17 @@ class WrongErrorType(ReferenceShell):
 
 @pytest.mark.usefixtures("sandboxes_killed")
 def test_a_key_in_an_error_fails_the_killed_sandbox_rule(lizard_local: LocalServer) -> None:
-    operate = contract.quick_operation(run_python)
     with pytest.raises(CONTRACT_FAILED, match="shows the API key"):
         RULES.test_a_killed_sandbox_raises_the_frameworks_error_and_is_not_replaced(
-            lizard_local, KeyInErrors, operate, close, EXPECTED
+            lizard_local, kit(KeyInErrors)
         )
 
 
 @pytest.mark.usefixtures("sandboxes_killed")
 def test_the_wrong_error_type_fails_the_killed_sandbox_rule(lizard_local: LocalServer) -> None:
-    operate = contract.quick_operation(run_python)
     with pytest.raises(core.SandboxGoneError):
         RULES.test_a_killed_sandbox_raises_the_frameworks_error_and_is_not_replaced(
-            lizard_local, WrongErrorType, operate, close, EXPECTED
+            lizard_local, kit(WrongErrorType)
         )
 
 
@@ -220,10 +228,9 @@ def close_without_destroying(shell: ReferenceShell) -> None:
 def test_a_cleanup_that_keeps_the_sandbox_fails_the_cleanup_rule(
     lizard_local: LocalServer,
 ) -> None:
-    operate = contract.quick_operation(run_python)
     with pytest.raises(CONTRACT_FAILED, match="left the sandbox alive"):
         RULES.test_cleanup_destroys_the_sandbox_and_everything_in_it(
-            lizard_local, ReferenceShell, operate, close_without_destroying
+            lizard_local, kit(ReferenceShell, cleanup=close_without_destroying)
         )
 
 
@@ -237,10 +244,9 @@ def test_work_that_survives_cancellation_fails_the_cancellation_rule(
     lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(contract, "STOP_TIMEOUT_S", 3.0)
-    operate = contract.quick_operation(run_python)
     with pytest.raises(CONTRACT_FAILED, match="still running"):
         RULES.test_cancellation_stops_the_work_and_leaves_the_adapter_usable(
-            lizard_local, ReferenceShell, detached_run_python, operate, close
+            lizard_local, kit(ReferenceShell, detached_run_python)
         )
 
 

@@ -76,18 +76,12 @@ class LizardSandboxConfig(BaseModel):
         No I/O; raises ``TypeError`` / ``ValueError`` for anything invalid.
         """
         labels = {} if task_name is None else {TASK_METADATA_KEY: task_name[:_TASK_TAG_MAX]}
+        # Every field but working_dir is a SandboxConfig setting of the same name.
         return SandboxConfig.from_env(
             api_key=api_key,
             api_url=api_url,
-            project_id=self.project_id,
-            template=self.template,
-            size=self.size,
-            lifetime_ms=self.lifetime_ms,
-            region=self.region,
             metadata=labels,
-            envs=self.envs,
-            internet_access=self.internet_access,
-            allowed_hosts=self.allowed_hosts,
             integration=INTEGRATION,
             integration_version=package_version("inspect-lizard"),
+            **self.model_dump(exclude={"working_dir"}),
         )

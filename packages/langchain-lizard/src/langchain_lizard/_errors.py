@@ -4,8 +4,9 @@
   (``file_not_found``, ``is_directory``, ``permission_denied``, ``invalid_path``), or its text.
 - A gone sandbox, a rejected key or an exhausted quota: :class:`SandboxUnavailableError`, raised.
   Anything else from ``lizard_core`` (transient failures, a rate limit that says when to retry):
-  :class:`LizardSandboxError`. The ``lizard_core`` error is the ``__cause__``; no message holds
-  the API key (a rejected key gets a fixed one).
+  :class:`LizardSandboxError`, split and worded by ``lizard_core.failures.describe_failure``.
+  The ``lizard_core`` error is the ``__cause__``; no message holds the API key (a rejected key
+  gets a fixed one).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lizard_core import errors as core
+from lizard_core.failures import describe_failure
 
 __all__ = ["LizardSandboxError", "SandboxUnavailableError", "file_error", "sandbox_errors"]
 
@@ -52,21 +54,8 @@ def sandbox_errors() -> Iterator[None]:
     """Re-raise any ``lizard_core`` error inside the block as the module docstring says."""
     try:
         yield
-    except core.CredentialsError as error:
-        raise SandboxUnavailableError(
-            "Lizard rejected the credentials: set a valid LIZARD_API_KEY and LIZARD_PROJECT_ID, "
-            "or pass api_key= and project_id=."
-        ) from error
-    except core.SandboxGoneError as error:
-        raise SandboxUnavailableError(
-            f"The Lizard sandbox no longer exists (destroyed, or its lifetime ran out): {error}"
-        ) from error
-    except core.QuotaError as error:
-        if error.retry_after is not None:
-            raise LizardSandboxError(
-                f"Lizard is rate limiting requests; retry in {error.retry_after:g} s: {error}"
-            ) from error
-        where = f" Open {error.url} to resolve it." if error.url else ""
-        raise SandboxUnavailableError(f"Lizard refused the request: {error}.{where}") from error
     except core.LizardIntegrationError as error:
-        raise LizardSandboxError(f"The Lizard sandbox operation failed: {error}") from error
+        failure = describe_failure(error, failed="The Lizard sandbox operation failed")
+        if failure.lasting:
+            raise SandboxUnavailableError(failure.message) from error
+        raise LizardSandboxError(failure.message) from error

@@ -40,6 +40,7 @@ from deepagents.backends.protocol import (
 from deepagents.backends.sandbox import BaseSandbox
 
 from lizard_core.checks import package_version
+from lizard_core.closing import ClosesOnExit
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, UNTIMED_EXEC_S, arun_command, run_command
 from lizard_core.config import SandboxConfig, Size
 from lizard_core.errors import CommandTimeoutError, OutputLimitError
@@ -89,7 +90,7 @@ def _check_command(command: object) -> list[str]:
     return [*_JOINED, command]
 
 
-class LizardSandbox(BaseSandbox):
+class LizardSandbox(BaseSandbox, ClosesOnExit):
     """A Deep Agents sandbox backend that runs commands and files in a Lizard sandbox.
 
     ``LizardSandbox()`` creates one on first use, ``LizardSandbox(sandbox_id=...)`` attaches to a
@@ -219,18 +220,6 @@ class LizardSandbox(BaseSandbox):
         """Async :meth:`kill`."""
         with sandbox_errors():
             await self._session.adestroy()
-
-    def __enter__(self) -> LizardSandbox:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> LizardSandbox:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # ── commands ─────────────────────────────────────────────────────────
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final, TypedDict
+from typing import Any, Final
 
 from lizard_core.checks import package_version
-from lizard_core.config import SandboxConfig, Size
+from lizard_core.config import BasicSandboxOptions, SandboxConfig
 from lizard_core.session import Session
 
 __all__ = ["INTEGRATION", "SandboxOptions", "check_dir", "make_session"]
@@ -15,21 +15,14 @@ INTEGRATION: Final = "adk"
 """The integration's name in the metadata of every sandbox it creates (0.1.1's tag too)."""
 
 
-class SandboxOptions(TypedDict, total=False):
-    """Keyword arguments of every ``lizard_adk`` class; each is checked when it is built."""
+class SandboxOptions(BasicSandboxOptions, total=False):
+    """Keyword arguments of every ``lizard_adk`` class; each is checked when it is built.
 
-    api_key: str | None
-    """Lizard API key; ``LIZARD_API_KEY`` when None. It stays on the host."""
-    api_url: str | None
-    """Lizard API URL; ``LIZARD_API_URL``, else the cloud. HTTPS except on loopback."""
-    project_id: str | None
-    """Lizard project id, slug or name; ``LIZARD_PROJECT_ID`` when None."""
-    template: str
-    """The sandbox's template: ``base``, or ``interpreter`` (with the data stack)."""
-    size: Size | None
-    """Machine size, or None for the platform's default."""
-    lifetime_ms: int
-    """The sandbox's lifetime (default 15 minutes), extended while in use with ``keep_alive``."""
+    ``api_key``, ``api_url``, ``project_id``, ``template`` (``base``, or ``interpreter`` with the
+    data stack), ``size`` and ``lifetime_ms`` (extended while in use with ``keep_alive``) are
+    ``lizard_core``'s :class:`~lizard_core.config.BasicSandboxOptions`; the rest are ADK's own.
+    """
+
     env_vars: Mapping[str, str] | None
     """Environment variables for the sandbox; nothing is copied from the host."""
     sandbox_id: str | None

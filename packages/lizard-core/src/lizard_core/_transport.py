@@ -45,10 +45,10 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
 import httpx
+from lizard import ProcessResult
 from lizard.errors import handle_api_error
 
 from lizard_core._lines import bounded_lines
@@ -58,7 +58,6 @@ __all__ = [
     "FILES_TIMEOUT_S",
     "KEEPALIVE_S",
     "MAX_EVENT_LINE",
-    "ExecResult",
     "ReadAbandonedError",
     "Transport",
 ]
@@ -73,15 +72,6 @@ MAX_EVENT_LINE: Final = 4 * 1024 * 1024
 """Longest server-sent event line read from an exec stream (the platform splits output lines at
 64 KiB, which JSON escaping can grow sixfold)."""
 _DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    """What a streaming exec returns, as the SDK's ``ProcessResult``."""
-
-    stdout: str
-    stderr: str
-    exit_code: int
 
 
 class Transport:
@@ -124,7 +114,7 @@ class Transport:
         on_pid: Callable[[int], None] | None = None,
         on_abortable: Callable[[Callable[[], None]], None] | None = None,
         collect: bool = True,
-    ) -> ExecResult:
+    ) -> ProcessResult:
         """``sandbox.process.exec_(cmd, timeout_ms=..., on_stdout=..., ...)`` over the pool.
 
         Three additions for a stream from untrusted code over a faulty network: every event
@@ -178,7 +168,9 @@ class Transport:
                         on_pid(ev["pid"])
                     if ev.get("exitCode") is not None:
                         exit_code = ev["exitCode"]
-        return ExecResult("\n".join(stdout_parts), "\n".join(stderr_parts), exit_code)
+        return ProcessResult(
+            stdout="\n".join(stdout_parts), stderr="\n".join(stderr_parts), exit_code=exit_code
+        )
 
     def read_bytes(
         self, sandbox_id: str, path: str, *, headers_timeout: float | None = None

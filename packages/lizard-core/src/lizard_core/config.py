@@ -37,7 +37,7 @@ import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal, cast, get_args
+from typing import Any, Final, Literal, TypedDict, cast, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from lizard_core._redact import Secret, register_secret
@@ -54,7 +54,9 @@ __all__ = [
     "METADATA_VERSION_KEY",
     "MIN_LIFETIME_MS",
     "SIZES",
+    "BasicSandboxOptions",
     "SandboxConfig",
+    "SandboxOptions",
     "Size",
 ]
 
@@ -473,3 +475,42 @@ def _carries_key(value: str, key: str) -> bool:
     if len(key) >= _KEY_SUBSTRING_MIN:
         return key in value
     return value == key
+
+
+class BasicSandboxOptions(TypedDict, total=False):
+    """The sandbox settings nearly every adapter takes as keyword arguments.
+
+    Each is the :meth:`SandboxConfig.from_env` argument of the same name, and is checked there.
+    """
+
+    api_key: str | None
+    """Lizard API key; ``LIZARD_API_KEY`` when None. It stays on the host."""
+    api_url: str | None
+    """Lizard API URL; ``LIZARD_API_URL``, else the cloud. HTTPS except on loopback."""
+    project_id: str | None
+    """Lizard project id, slug or name; ``LIZARD_PROJECT_ID`` when None."""
+    template: str
+    """Template of the sandbox, e.g. ``base`` (the default) or ``interpreter``."""
+    size: Size | None
+    """Machine size, or None for the platform's default."""
+    lifetime_ms: int
+    """Sandbox lifetime (default 15 minutes); when it ends, the sandbox and its files are gone."""
+
+
+class SandboxOptions(BasicSandboxOptions, total=False):
+    """Every sandbox setting :meth:`SandboxConfig.from_env` takes, as keyword arguments.
+
+    An adapter takes them as ``**options: Unpack[SandboxOptions]`` and passes them on with its
+    ``integration`` and ``integration_version``.
+    """
+
+    region: str | None
+    """Region to run in, or None for the platform's default."""
+    metadata: Mapping[str, str] | None
+    """Labels of the caller's own on the sandbox; the integration tags are added."""
+    envs: Mapping[str, str] | None
+    """Environment variables for every command; nothing else is copied from the host."""
+    internet_access: bool
+    """False: the sandbox has no internet access."""
+    allowed_hosts: Sequence[str] | None
+    """With no internet, the hosts that stay reachable (at most 50)."""

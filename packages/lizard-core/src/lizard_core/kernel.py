@@ -61,6 +61,7 @@ from lizard_core._spill import read_spill
 from lizard_core._staging import STAGE_OVER_BYTES, encode_body, stage_body
 from lizard_core._wire import KERNEL_STREAM_BUDGET, KernelEnd
 from lizard_core.checks import check_env, check_seconds
+from lizard_core.closing import ClosesOnExit
 from lizard_core.errors import (
     GuestProtocolError,
     KernelUnavailableError,
@@ -166,7 +167,7 @@ def _body(body: Frame) -> _Body:
     return body, encode_body(body)
 
 
-class Kernel:
+class Kernel(ClosesOnExit):
     """A persistent Python namespace in the sandbox of ``session``.
 
     See the module docstring for the contract. Use it as a (sync or async) context manager to
@@ -219,18 +220,6 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"Kernel(name={self._name!r}, sandbox_id={self._session.sandbox_id!r})"
-
-    def __enter__(self) -> Kernel:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.close()
-
-    async def __aenter__(self) -> Kernel:
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     # ── cells ────────────────────────────────────────────────────────────
 

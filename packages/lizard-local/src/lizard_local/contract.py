@@ -393,6 +393,18 @@ def _is_async(fn: Callable[..., object]) -> bool:
 # ── the contract ─────────────────────────────────────────────────────────────
 
 
+@dataclass(frozen=True)
+class _AdapterKit:
+    """The adapter's fixtures, gathered: how a rule builds, drives and cleans up its object."""
+
+    make: Callable[..., Any]
+    run_python: Callable[[Any, str], object]
+    operate: Callable[[Any], object]
+    cleanup: Callable[[Any], object]
+    errors: ExpectedErrors
+    fault_route: str
+
+
 class AdapterContract:
     """Subclass in an adapter's test module and provide the fixtures below.
 
@@ -462,6 +474,21 @@ class AdapterContract:
         """The counter key of the request ``operate`` makes once the sandbox exists."""
         return EXEC_ROUTE
 
+    @pytest.fixture
+    def adapter_kit(
+        self,
+        make_adapter: Callable[..., Any],
+        run_python: Callable[[Any, str], object],
+        operate: Callable[[Any], object],
+        cleanup_adapter: Callable[[Any], object],
+        expected_errors: ExpectedErrors,
+        fault_route: str,
+    ) -> _AdapterKit:
+        """The fixtures above as one object, for the rules that use several of them."""
+        return _AdapterKit(
+            make_adapter, run_python, operate, cleanup_adapter, expected_errors, fault_route
+        )
+
     @pytest.fixture(autouse=True)
     def _no_sandbox_left(self, lizard_local: LocalServer) -> Iterator[None]:
         # Kill what a failing rule left behind, so that one failure does not fail the session.
@@ -506,16 +533,11 @@ class AdapterContract:
         assert len(created) == 1, f"one adapter object created {len(created)} sandboxes"
         return created.pop()
 
-    def _operated_adapter(
-        self,
-        server: LocalServer,
-        make_adapter: Callable[..., Any],
-        operate: Callable[[Any], object],
-    ) -> tuple[set[str], Any, str]:
+    def _operated_adapter(self, server: LocalServer, kit: _AdapterKit) -> tuple[set[str], Any, str]:
         """The sandboxes there were, and a new adapter with the one sandbox its operation made."""
         before = set(server.sandboxes())
-        adapter = make_adapter()
-        self._call(operate, adapter)
+        adapter = kit.make()
+        self._call(kit.operate, adapter)
         return before, adapter, self._new_sandbox(server, before)
 
     # ── rules ──
@@ -554,45 +576,36 @@ class AdapterContract:
         _assert_no_requests(server, "refusing bad input")
 
     def test_cleanup_of_an_unused_adapter_makes_no_request(
-        self,
-        lizard_counters: LocalServer,
-        make_adapter: Callable[..., Any],
-        cleanup_adapter: Callable[[Any], object],
+        self, lizard_counters: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """Cleaning up an adapter that never ran anything makes no request."""
         server = lizard_counters
         before = set(server.sandboxes())
-        adapter = make_adapter()
+        adapter = adapter_kit.make()
         server.reset_counters()
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.cleanup, adapter)
         _assert_no_requests(server, "cleanup")
         assert set(server.sandboxes()) == before
 
     def test_cleanup_destroys_the_sandbox_and_everything_in_it(
-        self,
-        lizard_local: LocalServer,
-        make_adapter: Callable[..., Any],
-        operate: Callable[[Any], object],
-        cleanup_adapter: Callable[[Any], object],
+        self, lizard_local: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """Cleanup destroys the sandbox and its processes, and may be called again."""
-        before, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
+        before, adapter, sandbox_id = self._operated_adapter(lizard_local, adapter_kit)
         assert sandbox_pids(sandbox_id), "the sandbox's processes cannot be found by their marker"
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.cleanup, adapter)
         assert sandbox_id not in lizard_local.sandboxes(), "cleanup left the sandbox alive"
         deadline = time.monotonic() + STOP_TIMEOUT_S
         while sandbox_pids(sandbox_id):
             assert time.monotonic() < deadline, "processes of the sandbox outlived cleanup"
             time.sleep(0.05)
-        self._call(cleanup_adapter, adapter)  # a second cleanup is harmless
+        self._call(adapter_kit.cleanup, adapter)  # a second cleanup is harmless
         assert set(lizard_local.sandboxes()) == before
 
     def test_credentials_never_reach_the_sandbox(
         self,
         lizard_local: LocalServer,
-        make_adapter: Callable[..., Any],
-        run_python: Callable[[Any, str], object],
-        cleanup_adapter: Callable[[Any], object],
+        adapter_kit: _AdapterKit,
         monkeypatch: pytest.MonkeyPatch,
         caplog: pytest.LogCaptureFixture,
     ) -> None:
@@ -606,9 +619,10 @@ class AdapterContract:
         }
         api = _Api(lizard_local)
         before = set(lizard_local.sandboxes())
-        adapter = make_adapter()
+        adapter = adapter_kit.make()
         token = "lizard-contract-" + secrets.token_hex(8)
-        work = _Background(lambda: self._call(run_python, adapter, _LONG_CODE.format(token=token)))
+        code = _LONG_CODE.format(token=token)
+        work = _Background(lambda: self._call(adapter_kit.run_python, adapter, code))
         try:
             workers = _wait_for(token, lambda: not work.done, work.describe)
             sandbox_id = self._new_sandbox(lizard_local, before)
@@ -635,7 +649,7 @@ class AdapterContract:
         hits = self._scan_files(lizard_local, api, sandbox_id, watched)
         assert not hits, f"secrets in the sandbox's files: {hits}"
         _assert_hidden(caplog.text.encode(), watched, "the host's log records")
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.cleanup, adapter)
 
     def _scan_files(
         self,
@@ -672,16 +686,12 @@ class AdapterContract:
         return {name: paths for name, paths in hits.items() if paths}
 
     def test_cancellation_stops_the_work_and_leaves_the_adapter_usable(
-        self,
-        lizard_local: LocalServer,
-        make_adapter: Callable[..., Any],
-        run_python: Callable[[Any, str], object],
-        operate: Callable[[Any], object],
-        cleanup_adapter: Callable[[Any], object],
+        self, lizard_local: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """A cancelled operation returns promptly, its work stops, the adapter still works."""
         self._opt_out("skip_cancellation")
-        adapter = make_adapter()
+        run_python = adapter_kit.run_python
+        adapter = adapter_kit.make()
         token = "lizard-contract-" + secrets.token_hex(8)
         code = _LONG_CODE.format(token=token)
         if _is_async(run_python):
@@ -694,8 +704,8 @@ class AdapterContract:
             f"the cancelled call took {returned_after:.1f} s to return"
         )
         _wait_gone(token, "the cancelled operation's work")
-        self._call(operate, adapter)  # the adapter still works
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.operate, adapter)  # the adapter still works
+        self._call(adapter_kit.cleanup, adapter)
 
     @staticmethod
     async def _cancel_task(
@@ -777,75 +787,60 @@ class AdapterContract:
         return returned_at - state["sent_at"]
 
     def test_a_killed_sandbox_raises_the_frameworks_error_and_is_not_replaced(
-        self,
-        lizard_local: LocalServer,
-        make_adapter: Callable[..., Any],
-        operate: Callable[[Any], object],
-        cleanup_adapter: Callable[[Any], object],
-        expected_errors: ExpectedErrors,
+        self, lizard_local: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """A sandbox killed under the adapter raises the framework's error; none replaces it."""
-        before, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
+        before, adapter, sandbox_id = self._operated_adapter(lizard_local, adapter_kit)
         lizard_local.expire(sandbox_id)
-        with pytest.raises(expected_errors.sandbox_gone) as caught:
-            self._call(operate, adapter)
+        with pytest.raises(adapter_kit.errors.sandbox_gone) as caught:
+            self._call(adapter_kit.operate, adapter)
         assert set(lizard_local.sandboxes()) == before, "a replacement sandbox was created"
         _assert_error_hides(caught.value, {"the API key": lizard_local.api_key})
-        self._call(cleanup_adapter, adapter)  # a sandbox already gone counts as cleaned up
+        self._call(adapter_kit.cleanup, adapter)  # a sandbox already gone counts as cleaned up
         assert set(lizard_local.sandboxes()) == before
 
     def test_a_rejected_key_raises_the_frameworks_error_without_the_key(
-        self,
-        lizard_counters: LocalServer,
-        make_adapter: Callable[..., Any],
-        operate: Callable[[Any], object],
-        cleanup_adapter: Callable[[Any], object],
-        expected_errors: ExpectedErrors,
+        self, lizard_counters: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """A rejected key raises the framework's error, with neither key in its text."""
         server = lizard_counters
         before = set(server.sandboxes())
         wrong = "lzl_contract_wrong_" + secrets.token_hex(16)
-        adapter = make_adapter(api_key=wrong)
-        with pytest.raises(expected_errors.credentials_rejected) as caught:
-            self._call(operate, adapter)
+        adapter = adapter_kit.make(api_key=wrong)
+        with pytest.raises(adapter_kit.errors.credentials_rejected) as caught:
+            self._call(adapter_kit.operate, adapter)
         assert server.counters()["total"] >= 1, "the operation never asked the API"
         assert set(server.sandboxes()) == before
         _assert_error_hides(
             caught.value, {"the rejected key": wrong, "the API key": server.api_key}
         )
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.cleanup, adapter)
 
     def test_a_transient_failure_raises_the_frameworks_error_and_passes(
-        self,
-        lizard_local: LocalServer,
-        make_adapter: Callable[..., Any],
-        operate: Callable[[Any], object],
-        cleanup_adapter: Callable[[Any], object],
-        expected_errors: ExpectedErrors,
-        fault_route: str,
+        self, lizard_local: LocalServer, adapter_kit: _AdapterKit
     ) -> None:
         """A 5xx raises the framework's transient error, and the next operation works."""
         self._opt_out("skip_transient_errors")
-        _, adapter, sandbox_id = self._operated_adapter(lizard_local, make_adapter, operate)
+        _, adapter, sandbox_id = self._operated_adapter(lizard_local, adapter_kit)
+        fault_route, transient = adapter_kit.fault_route, adapter_kit.errors.transient
         lizard_local.reset_counters()
         lizard_local.inject_fault(fault_route, status=503, count=1)
         error: BaseException | None = None
         try:
-            self._call(operate, adapter)
+            self._call(adapter_kit.operate, adapter)
         except BaseException as raised:
             error = raised
         if not lizard_local.counters()["routes"].get(fault_route):
             _Api(lizard_local).drain_fault(fault_route, sandbox_id)
             pytest.fail(f"the operation made no {fault_route!r} request: set `fault_route`")
         assert error is not None, "a 503 did not fail the operation (was the request retried?)"
-        if not isinstance(error, expected_errors.transient):
+        if not isinstance(error, transient):
             raise AssertionError(
-                f"a 503 raised {type(error).__name__}, expected {expected_errors.transient}"
+                f"a 503 raised {type(error).__name__}, expected {transient}"
             ) from error
         _assert_error_hides(error, {"the API key": lizard_local.api_key})
-        self._call(operate, adapter)  # the failure passed; the adapter works again
-        self._call(cleanup_adapter, adapter)
+        self._call(adapter_kit.operate, adapter)  # the failure passed; the adapter works again
+        self._call(adapter_kit.cleanup, adapter)
 
 
 def quick_operation(run_python: Callable[[Any, str], object]) -> Callable[[Any], object]:

@@ -29,6 +29,7 @@ from typing import Any
 
 from lizard_local.agent_link import AgentError
 from lizard_local.http import ApiError, string_map
+from lizard_local.nonblocking import read_ready
 from lizard_local.output import LineSplitter
 from lizard_local.sandboxes import ProcessEntry, Sandbox
 from lizard_local.settings import Settings
@@ -189,12 +190,9 @@ class CommandRun:
     # --- events -------------------------------------------------------------------------------
 
     def _on_readable(self, stream: str, fd: int) -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
+        data = read_ready(fd, 65536)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             self._close_stream(stream)
             self._maybe_finish()

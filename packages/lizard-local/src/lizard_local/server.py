@@ -34,6 +34,7 @@ from lizard_local import isolation as isolation_mod
 from lizard_local.app import ConnectionState, LizardApp, StreamDropped
 from lizard_local.host_cleanup import remove_tree
 from lizard_local.instrumentation import Instrumentation
+from lizard_local.nonblocking import read_ready
 from lizard_local.sandboxes import Registry
 from lizard_local.settings import Settings
 
@@ -254,12 +255,9 @@ def _watch_stdin(loop: asyncio.AbstractEventLoop, on_eof: Callable[[], None]) ->
     fd = sys.stdin.fileno()
 
     def readable() -> None:
-        try:
-            data = os.read(fd, 4096)
-        except BlockingIOError:
+        data = read_ready(fd, 4096)
+        if data is None:
             return
-        except OSError:
-            data = b""
         if not data:
             loop.remove_reader(fd)
             on_eof()

@@ -5,6 +5,7 @@ Contract:
 - A sandbox that is gone (destroyed, expired), a rejected API key and an exhausted quota cannot
   be fixed by trying again: :class:`SandboxUnavailableError`. A rate limit that says when to
   retry is not exhausted: it is a :class:`LizardToolError` like other failures that may pass.
+  That split and its wording are ``lizard_core.failures.describe_failure``'s.
 - A command that timed out or passed the output limit is a :class:`LizardToolError` carrying the
   partial output, decoded like a result; so is every other ``lizard_core`` error (transient API
   failures above all), with the ``lizard_core`` error as its ``__cause__``.
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from lizard_core import errors as core
+from lizard_core.failures import describe_failure
 
 __all__ = ["LizardToolError", "SandboxUnavailableError", "decode_output", "tool_errors"]
 
@@ -57,25 +59,12 @@ def tool_errors() -> Iterator[None]:
     """Re-raise any ``lizard_core`` error inside the block as the module docstring says."""
     try:
         yield
-    except core.CredentialsError as error:
-        raise SandboxUnavailableError(
-            "Lizard rejected the credentials: set a valid LIZARD_API_KEY and LIZARD_PROJECT_ID, "
-            "or pass api_key= and project_id=."
-        ) from error
-    except core.SandboxGoneError as error:
-        raise SandboxUnavailableError(
-            f"The Lizard sandbox no longer exists (destroyed, or its lifetime ran out): {error}"
-        ) from error
-    except core.QuotaError as error:
-        if error.retry_after is not None:
-            raise LizardToolError(
-                f"Lizard is rate limiting requests; retry in {error.retry_after:g} s: {error}"
-            ) from error
-        where = f" Open {error.url} to resolve it." if error.url else ""
-        raise SandboxUnavailableError(f"Lizard refused the request: {error}.{where}") from error
     except (core.CommandTimeoutError, core.OutputLimitError) as error:
         raise LizardToolError(
             str(error), stdout=decode_output(error.stdout), stderr=decode_output(error.stderr)
         ) from error
     except core.LizardIntegrationError as error:
-        raise LizardToolError(f"The command failed in the Lizard sandbox: {error}") from error
+        failure = describe_failure(error, failed="The command failed in the Lizard sandbox")
+        if failure.lasting:
+            raise SandboxUnavailableError(failure.message) from error
+        raise LizardToolError(failure.message) from error

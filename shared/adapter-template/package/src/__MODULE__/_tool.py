@@ -29,14 +29,13 @@ docs/adding-an-adapter.md.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from types import TracebackType
-from typing import Any, ClassVar, Final
+from typing import Any, ClassVar, Final, Unpack
 
-from lizard_core.commands import CommandResult, arun_command, run_command
 from lizard_core.checks import check_seconds, package_version
-from lizard_core.config import SandboxConfig, Size
+from lizard_core.closing import ClosesOnExit
+from lizard_core.commands import CommandResult, arun_command, run_command
+from lizard_core.config import SandboxConfig, SandboxOptions
 from lizard_core.session import Session
 
 from ._errors import decode_output, tool_errors
@@ -74,18 +73,14 @@ class CommandOutput:
         return "\n".join(parts)
 
 
-class LizardTool:
+class LizardTool(ClosesOnExit):
     """Run shell commands in one Lizard sandbox.
 
     Args:
-        api_key: Lizard API key; ``LIZARD_API_KEY`` when None. It stays on the host.
-        api_url: Lizard API URL; ``LIZARD_API_URL``, else the cloud. HTTPS except on loopback.
-        project_id: Lizard project id, slug or name; ``LIZARD_PROJECT_ID`` when None.
-        template: Template of the sandbox, e.g. ``base`` or ``interpreter``.
-        size: Machine size, or None for the platform's default.
-        lifetime_ms: Sandbox lifetime; when it runs out the sandbox and its files are gone.
-        envs: Environment variables for every command; nothing else is copied from the host.
         timeout: Seconds each command may run.
+        **options: The sandbox's settings, :class:`lizard_core.config.SandboxOptions`
+            (``api_key``, ``project_id``, ``template``, ``size``, ``lifetime_ms``, ``envs``, ...);
+            the API key stays on the host, and nothing but ``envs`` is copied into the sandbox.
     """
 
     name: ClassVar[str] = "lizard_shell"
@@ -96,26 +91,11 @@ class LizardTool:
     """The tool's description as the model sees it."""
 
     def __init__(
-        self,
-        *,
-        api_key: str | None = None,
-        api_url: str | None = None,
-        project_id: str | None = None,
-        template: str = "base",
-        size: Size | None = None,
-        lifetime_ms: int = 900_000,
-        envs: Mapping[str, str] | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
+        self, *, timeout: float = DEFAULT_TIMEOUT, **options: Unpack[SandboxOptions]
     ) -> None:
         self._timeout = check_seconds(timeout)
         config = SandboxConfig.from_env(
-            api_key=api_key,
-            api_url=api_url,
-            project_id=project_id,
-            template=template,
-            size=size,
-            lifetime_ms=lifetime_ms,
-            envs=envs,
+            **options,
             integration=INTEGRATION,
             integration_version=package_version("__DIST__"),
         )
@@ -151,28 +131,6 @@ class LizardTool:
         """Async :meth:`close`."""
         with tool_errors():
             await self._session.adestroy()
-
-    def __enter__(self) -> LizardTool:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
-    async def __aenter__(self) -> LizardTool:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 def _output(result: CommandResult) -> CommandOutput:
