@@ -42,16 +42,7 @@ def session_for_sdk_sandbox(
     ``keep_alive`` extends the sandbox's lifetime while the session is used. See the module
     docstring for the contract.
     """
-    if not isinstance(sandbox, Sandbox):
-        raise TypeError(
-            f"sandbox must be a lizard.Sandbox (from Sandbox.create or Sandbox.connect), "
-            f"not {type(sandbox).__name__}"
-        )
-    connection = getattr(sandbox, "_config", None)
-    api_key = getattr(connection, "api_key", None)
-    api_url = getattr(connection, "api_url", None)
-    if not isinstance(api_key, str) or not isinstance(api_url, str):
-        raise TypeError("this lizard.Sandbox carries no API key and URL; upgrade lizard-sdk")
+    api_key, api_url = _credentials(sandbox)
     config = SandboxConfig.from_env(
         api_key=api_key,
         api_url=api_url,
@@ -65,3 +56,18 @@ def session_for_sdk_sandbox(
         keep_alive=keep_alive,
         destroy_on_exit=False,
     )
+
+
+def _credentials(sandbox: Any) -> tuple[str, str]:
+    """The API key and URL the caller gave lizard-sdk for ``sandbox``; TypeError if none."""
+    if not isinstance(sandbox, Sandbox):
+        raise TypeError(
+            f"sandbox must be a lizard.Sandbox (from Sandbox.create or Sandbox.connect), "
+            f"not {type(sandbox).__name__}"
+        )
+    connection = getattr(sandbox, "_config", None)
+    api_key = getattr(connection, "api_key", None)
+    api_url = getattr(connection, "api_url", None)
+    if not isinstance(api_key, str) or not isinstance(api_url, str):
+        raise TypeError("this lizard.Sandbox carries no API key and URL; upgrade lizard-sdk")
+    return api_key, api_url

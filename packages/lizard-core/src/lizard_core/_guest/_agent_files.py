@@ -19,9 +19,9 @@ import zlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, List, Optional
+    from typing import Any, List, Optional
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
 
 from ._agent_frames import COPY_BYTES, FRAME_BYTES, emit, emit_data, ensure_dir, job_dir
 

@@ -19,9 +19,9 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, List, Optional
+    from typing import List, Optional
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
 
 from ._prelude import JOBS_ROOT, frame_line
 

@@ -20,9 +20,9 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, Optional
+    from typing import Optional
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
 
 
 class Refused(Exception):

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Python 3.8
     from typing import Any, Dict, List, Optional
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
+
     Bundle = Dict[str, str]
 
 from ._daemon_state import KERNEL_ID, STATE, block_sigint, interrupt_point

@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Python 3.8
     from typing import Any, Dict, Optional, Tuple
 
-    Frame = Dict[str, Any]
     Bundle = Dict[str, str]
 
 HERE = os.path.abspath(__file__)

@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
     from typing import Any, Dict, Iterable, Optional
 
     Frame = Dict[str, Any]
+    """One frame of either protocol: a JSON object with a type ``t``."""
 
 JOBS_ROOT = "/tmp/.lizard-core"
 

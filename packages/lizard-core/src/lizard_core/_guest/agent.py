@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Callable, Dict, List, Optional, Tuple
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
 
 from ._agent_files import (
     op_chunk,

@@ -55,9 +55,9 @@ import time
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, List, Optional, Tuple
+    from typing import Any, List, Optional, Tuple
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
 
 from ._client_daemon import (
     NeedSource,

@@ -66,7 +66,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Python 3.8
     from typing import Any, Dict, List, Optional, Tuple
 
-    Frame = Dict[str, Any]
+    from ._prelude import Frame
+
     Bundle = Dict[str, str]
 
 from ._daemon_output import (
