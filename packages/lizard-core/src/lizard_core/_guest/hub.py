@@ -5,9 +5,10 @@ Standard library only, Python 3.8+, Linux ``/proc``. Every operation reaches the
 base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
 
 - **Launcher** (what the relay runs when no hub answers): ``python3 -I -S -c BOOT <key> <hub>
-  <program> <args>...`` (``BOOT`` unpacks and runs this program) first starts a hub for ``key``
-  unless one runs or the sandbox cannot host one, then runs ``<program>`` in this process exactly
-  as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``, exit code).
+  <program> <args>...`` (``BOOT`` unpacks and runs this program) runs ``<program>`` in this
+  process exactly as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``,
+  exit code), then, its output closed, starts a hub for ``key`` unless one runs or the sandbox
+  cannot host one.
 - **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``): one per sandbox, user and ``key`` (the
   hash of this program and the relay), in the private directory ``$TMPDIR/.lizard-hub-<key>``
   (``/tmp`` without ``TMPDIR``), held by a lock so that at most one runs. It reads relay pids
@@ -88,16 +89,21 @@ def hub_pid(directory: str) -> int:
 
 
 def launch() -> None:
-    """Start a hub when none runs, then run the program in this process."""
+    """Run the program in this process, then start a hub when none runs."""
     key, hub, program = sys.argv[1], sys.argv[2], sys.argv[3]
+    status = run_main(unpack(program.encode("ascii")), ["-c"] + sys.argv[4:])
+    # The hub starts once the program is done and its output closed, so that its own start-up
+    # (a Python start and its imports) does not compete with this operation for the CPU.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
     directory = hub_dir(key)
     if not os.path.exists(os.path.join(directory, "off")) and not hub_pid(directory):
         try:
             spawn_hub(key, hub)
         except OSError:
-            pass  # no hub: this and later operations run here, as before
-    code = unpack(program.encode("ascii"))
-    os._exit(run_main(code, ["-c"] + sys.argv[4:]))
+            pass  # no hub: later operations run here too, as before
+    os._exit(status)
 
 
 def spawn_hub(key: str, hub: str) -> None:
@@ -246,7 +252,10 @@ class Hub:
                 # on a small machine the fork would compete with the child for a CPU.
                 continue
             if self.spare is None and not retired:
-                self.fork_spare()
+                try:
+                    self.fork_spare()
+                except OSError:
+                    pass  # out of processes or memory: forked on demand, or the relay falls back
             if retired:
                 self.drop_spare()
                 return
@@ -272,20 +281,37 @@ class Hub:
                 self.dispatch(relay)
 
     def dispatch(self, relay: int) -> None:
-        if self.spare is None:
-            self.fork_spare()
-        assert self.spare is not None
-        child, jobs = self.spare
-        self.spare = None
+        """Hand ``relay`` to the spare (forked now if there is none); else have it fall back."""
+        import signal
+
         try:
             proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
-            self.spare = (child, jobs)  # the relay is gone already
+            return  # the relay is gone already
+        for _ in range(2):  # a spare that died unseen (killed, out of memory) is replaced once
+            try:
+                if self.spare is None:
+                    self.fork_spare()
+            except OSError:
+                break
+            assert self.spare is not None
+            child, jobs = self.spare
+            self.spare = None
+            try:
+                os.write(jobs, b"%d\n" % relay)
+            except OSError:
+                os.close(jobs)
+                continue
+            os.close(jobs)
+            self.children[child] = (relay, proc)
+            self.learn(proc)  # while the child works: compile a new program for later spares
             return
-        os.write(jobs, b"%d\n" % relay)
-        os.close(jobs)
-        self.children[child] = (relay, proc)
-        self.learn(proc)  # while the child works: compile a new program for the next spares
+        try:  # no child could take it: the relay runs the launcher, nothing having run
+            os.stat("stat", dir_fd=proc)
+            os.kill(relay, signal.SIGUSR2)
+        except OSError:
+            pass
+        os.close(proc)
 
     def learn(self, proc: int) -> None:
         if len(self.codes) >= MAX_CODES:
@@ -302,7 +328,12 @@ class Hub:
 
         jobs_r, jobs_w = os.pipe()
         gc.freeze()  # children skip the hub's objects when they collect: fewer pages copied
-        child = os.fork()
+        try:
+            child = os.fork()
+        except OSError:
+            os.close(jobs_r)
+            os.close(jobs_w)
+            raise
         if child == 0:
             try:
                 spare(jobs_r, self.key.encode("ascii"), self.codes)
