@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import contextlib
 import json
 import os
 import re
@@ -201,6 +202,59 @@ def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
     # From now on every call runs the launcher, and still gives its result.
     parent, _ = _probe(session)
     assert not _served_by_hub(parent)
+
+
+def _local_call(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
+    frame: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
+    return frame
+
+
+def _wait_until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("why", ["idle", "directory-replaced"])
+def test_a_hub_exits_when_idle_or_no_longer_its_directorys(tmp_path: Path, why: str) -> None:
+    """Outside any sandbox, with a hub whose limits are cut to fractions of a second."""
+    hub = program("hub").replace("CHECK_S = 5.0", "CHECK_S = 0.1")
+    if why == "idle":
+        hub = hub.replace("IDLE_S = 600.0", "IDLE_S = 0.5")
+    assert "CHECK_S = 0.1" in hub
+    assert ("IDLE_S = 0.5" in hub) == (why == "idle")
+    key = "5" * 16
+    directory = tmp_path / f".lizard-hub-{key}"
+    request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
+    argv = [
+        "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+        _guest_relay.packed(hub), _guest_relay.packed(program("agent")),
+        "c0ffee00c0ffee00", "1", request,
+    ]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    assert _local_call(argv, env) == {"t": "end", "v": True}
+    _wait_until((directory / "pid").exists, "no hub started")
+    pid = int((directory / "pid").read_text())
+    try:
+        if why == "directory-replaced":
+            os.rename(directory, tmp_path / "elsewhere")
+        else:
+            # Busy, it stays: calls half its idle limit apart keep it.
+            for _ in range(3):
+                time.sleep(0.25)
+                assert _local_call(argv, env) == {"t": "end", "v": True}
+                assert (directory / "pid").read_text() == f"{pid}\n"
+        _wait_until(lambda: not Path(f"/proc/{pid}").exists(), "the hub did not exit")
+        assert not (directory / "pid").exists()
+        assert _local_call(argv, env) == {"t": "end", "v": True}  # the launcher, again
+    finally:
+        if Path(f"/proc/{pid}").exists():
+            os.kill(pid, 9)
+        for path in tmp_path.glob("*/pid"):  # a hub the last call started, if it got so far
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.read_text()), 9)
 
 
 def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
