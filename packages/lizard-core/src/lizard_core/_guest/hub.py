@@ -23,7 +23,8 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
   stdout (the platform does not give it a pipe) writes ``off`` and exits: from then on every
   operation runs the launcher.
 - **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open,
-  and exits after :data:`IDLE_S` without a request or once its directory is no longer its own.
+  and exits after :data:`IDLE_S` without a request, or within :data:`CHECK_S` once relays can no
+  longer reach it (its directory, FIFO or pid file replaced).
 """
 
 from __future__ import annotations
@@ -142,7 +143,6 @@ class Hub:
         self.children: Dict[int, Tuple[int, int]] = {}
         self.spare: Optional[Tuple[int, int]] = None
         self.pending = b""
-        self.fifo: Optional[os.stat_result] = None
 
     # set-up
 
@@ -171,7 +171,6 @@ class Hub:
         # end of file once the hub and its children (the write ends) are all gone.
         self.fresh_fifo("wait", WAIT_FD)
         self.fresh_fifo("in", FIFO_FD)
-        self.fifo = os.fstat(FIFO_FD)
         pid_temp = os.path.join(self.directory, "pid.%d" % os.getpid())
         with open(pid_temp, "w") as f:
             f.write("%d\n" % os.getpid())
@@ -189,11 +188,8 @@ class Hub:
         os.rename(temp, path)
 
     def still_ours(self) -> bool:
-        try:
-            fifo = os.stat(os.path.join(self.directory, "in"))
-        except OSError:
-            return False
-        return self.fifo is not None and os.path.samestat(fifo, self.fifo)
+        """Whether relays can still reach this hub: its FIFO in place and its pid file intact."""
+        return hub_pid(self.directory) == os.getpid()
 
     def retire(self) -> None:
         """Stop taking requests: new relays run the launcher; ones already queued are served."""
