@@ -102,8 +102,12 @@ def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
 ) -> None:
     assert threading.current_thread() is threading.main_thread()
     session = Session(SandboxConfig.from_env(lifetime_ms=60_000))
-    lizard_local.set_latency(1500)  # the create is answered 1.5 s after it is sent
-    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    lizard_local.set_latency(3000)  # the create is answered 3 s after it is sent
+    # Ctrl-C goes to the main thread itself (a process-wide signal may be taken by another
+    # thread), half a second in: well inside the create even on a loaded machine.
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     started = time.monotonic()
     try:
@@ -112,7 +116,7 @@ def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
     finally:
         timer.cancel()
         lizard_local.set_latency(0)
-    assert time.monotonic() - started >= 1.0  # the interrupt waited for the create
+    assert time.monotonic() - started >= 2.0  # the interrupt waited for the create
     assert session.sandbox_id in lizard_local.sandboxes()  # recorded, so it can be destroyed
     session.destroy()
 

@@ -268,7 +268,10 @@ def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: P
     """Outside any sandbox: the relay and hub under the oldest Python 3.8+ here."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(old_python)
+    # The interpreter itself: a version manager's shim would pick its own python3.
+    probe = [old_python, "-c", "import sys; print(sys.executable)"]
+    real = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
+    (bin_dir / "python3").symlink_to(real)
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
     argv = guest_argv(program("agent"), ["c0ffee00c0ffee00", "1", request])
@@ -282,7 +285,7 @@ def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: P
                 assert time.monotonic() < deadline, done.stderr
                 time.sleep(0.05)
         hub = int((directory / "pid").read_text())
-        assert os.path.realpath(f"/proc/{hub}/exe") == os.path.realpath(old_python)
+        assert os.path.realpath(f"/proc/{hub}/exe") == os.path.realpath(real)
     finally:
         if (directory / "pid").exists():
             os.kill(int((directory / "pid").read_text()), 9)
