@@ -107,6 +107,9 @@ def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
     # thread), half a second in: well inside the create even on a loaded machine.
     main = threading.main_thread().ident
     assert main is not None
+    # Python leaves SIGINT ignored when it started ignored (a background job of a shell):
+    # Ctrl-C's own handler, for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))
     timer.start()
     started = time.monotonic()
@@ -115,6 +118,7 @@ def test_ctrl_c_during_a_synchronous_first_create_keeps_the_sandbox_id(
             session.sandbox()
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
         lizard_local.set_latency(0)
     assert time.monotonic() - started >= 2.0  # the interrupt waited for the create
     assert session.sandbox_id in lizard_local.sandboxes()  # recorded, so it can be destroyed
