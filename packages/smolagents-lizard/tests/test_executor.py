@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import _thread
 import gc
+import signal
 import threading
 import time
 from collections.abc import Callable
@@ -314,6 +315,9 @@ def test_a_step_stopped_by_ctrl_c_whose_cell_will_not_stop_is_told_as_lost_state
     executor = make_executor(command_timeout_ms=300_000)
     executor.send_variables({"seed": 7})
     executor("kept = 1")
+    # Python leaves SIGINT ignored when it started ignored (a background job of a shell), and
+    # interrupt_main() then does nothing: Ctrl-C's own handler, for this test.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     timer = threading.Timer(1.5, _thread.interrupt_main)
     timer.start()
     try:
@@ -323,6 +327,7 @@ def test_a_step_stopped_by_ctrl_c_whose_cell_will_not_stop_is_told_as_lost_state
             )
     finally:
         timer.cancel()
+        signal.signal(signal.SIGINT, previous)
     started = time.monotonic()
     output = executor("'kept' in globals()")
     # The cell's grace (3 s) plus a second and a restart, with room for a loaded machine;
