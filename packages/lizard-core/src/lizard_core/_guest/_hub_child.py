@@ -41,24 +41,32 @@ def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
                 pass
 
 
-def read_at(directory: int, name: str) -> bytes:
+def read_at(directory: int, name: str, limit: int = 0) -> bytes:
+    """The file ``name`` below ``directory``: whole, or its first ``limit`` bytes."""
     fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
     try:
         chunks: List[bytes] = []
-        while True:
-            chunk = os.read(fd, 1 << 20)
+        size = 0
+        while not limit or size < limit:
+            chunk = os.read(fd, min(1 << 20, limit - size) if limit else 1 << 20)
             if not chunk:
-                return b"".join(chunks)
+                break
             chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
 
-def relay_argv(proc: int, key: bytes) -> Optional[List[bytes]]:
-    """``[program, args...]`` from a relay of this hub's version, else None."""
+def relay_argv(proc: int, key: bytes, limit: int = 0) -> Optional[List[bytes]]:
+    """``[program, args...]`` from a relay of this hub's version, else None.
+
+    With ``limit``, only the argv within its first ``limit`` bytes, whole items only.
+    """
     if os.fstat(proc).st_uid != os.getuid():
         return None
-    argv = read_at(proc, "cmdline").split(b"\0")[:-1]
+    # The last item is the empty one after the final NUL, or one the limit cut.
+    argv = read_at(proc, "cmdline", limit).split(b"\0")[:-1]
     # sh -c <relay> lizard-guest <key> <hub> <program> <args>...
     if len(argv) < 8 or argv[1] != b"-c" or argv[3] != RELAY_NAME or argv[4] != key:
         return None

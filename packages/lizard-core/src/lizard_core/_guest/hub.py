@@ -39,6 +39,7 @@ from ._hub_child import (
     close_from,
     relay_argv,
     run_main,
+    signal_relay,
     spare,
     unpack,
 )
@@ -52,6 +53,9 @@ CHECK_S = 5.0
 """How often an idle hub checks that its directory is still its own."""
 MAX_CODES = 8
 """Compiled programs kept (one per program text: agent, kernel client, another version's)."""
+LEARN_BYTES = 64 * 1024
+"""Of a relay's argv, what the hub reads to learn its program (the relay, key and both packed
+programs take about 13 KiB)."""
 FIFO_FD = 3
 PRELOAD = (
     "_socket",
@@ -302,18 +306,15 @@ class Hub:
             self.children[child] = (relay, proc)
             self.learn(proc)  # while the child works: compile a new program for later spares
             return
-        try:  # no child could take it: the relay runs the launcher, nothing having run
-            os.stat("stat", dir_fd=proc)
-            os.kill(relay, signal.SIGUSR2)
-        except OSError:
-            pass
+        signal_relay(relay, proc, signal.SIGUSR2)  # no child took it: nothing ran
         os.close(proc)
 
     def learn(self, proc: int) -> None:
         if len(self.codes) >= MAX_CODES:
             return
         try:
-            argv = relay_argv(proc, self.key.encode("ascii"))
+            # The program comes before the request and its data, which can be megabytes.
+            argv = relay_argv(proc, self.key.encode("ascii"), LEARN_BYTES)
             if argv is not None and argv[0] not in self.codes:
                 self.codes[argv[0]] = unpack(argv[0])
         except Exception:  # a bad program fails in its child, where it is reported
@@ -362,12 +363,8 @@ class Hub:
             relay, proc = self.children.pop(child, (0, -1))
             if proc < 0:
                 continue
-            if os.WIFSIGNALED(status):
-                try:
-                    os.stat("stat", dir_fd=proc)
-                    os.kill(relay, signal.SIGALRM)
-                except OSError:
-                    pass
+            if os.WIFSIGNALED(status):  # killed before it could end its relay itself
+                signal_relay(relay, proc, signal.SIGALRM)
             os.close(proc)
             if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CANNOT_ATTACH:
                 self.give_up()
