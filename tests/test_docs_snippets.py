@@ -82,6 +82,19 @@ def _snippets(path: Path) -> list[Snippet]:
 SNIPPETS = [snippet for path in DOCS for snippet in _snippets(path)]
 
 
+def _run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a snippet's process in ``cwd``, its output kept, within the snippet time limit."""
+    return subprocess.run(
+        argv,
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SNIPPET_TIMEOUT_S,
+        check=False,
+    )
+
+
 def _output(result: subprocess.CompletedProcess[str]) -> str:
     out, err = result.stdout, result.stderr
     return f"exit code {result.returncode}\n--- stdout\n{out}\n--- stderr\n{err}"
@@ -111,40 +124,17 @@ def test_snippet(
         script = tmp_path / "snippet.py"
         script.write_text(snippet.code, encoding="utf-8")
         before = set(lizard_local.sandboxes())
-        result = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=SNIPPET_TIMEOUT_S,
-            check=False,
-        )
+        result = _run([sys.executable, str(script)], tmp_path, env)
         assert result.returncode == 0, _output(result)
         assert set(lizard_local.sandboxes()) == before, "the snippet left a sandbox alive"
         return
     module = tmp_path / "test_snippet.py"
     module.write_text(snippet.code, encoding="utf-8")
     isolation = request.config.getoption("--lizard-local-isolation")
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            f"--lizard-local-isolation={isolation}",
-            "--rootdir",
-            str(tmp_path),
-            str(module),
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=SNIPPET_TIMEOUT_S,
-        check=False,
+    pytest_argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    isolation_flag = f"--lizard-local-isolation={isolation}"
+    result = _run(
+        [*pytest_argv, isolation_flag, "--rootdir", str(tmp_path), str(module)], tmp_path, env
     )
     assert result.returncode == 0, _output(result)
     summary = result.stdout.strip().splitlines()[-1]
