@@ -73,6 +73,8 @@ _log = logging.getLogger(__name__)
 INTEGRATION: Final = "smolagents"
 MAX_STEP_TIMEOUT_MS: Final = 3_600_000
 DEFAULT_INSTALL_TIMEOUT_MS: Final = 600_000
+SETUP_TIMEOUT_S: Final = 60.0
+"""Floor of the timeout for the cells that define tools and variables (the lifetime caps it)."""
 
 _MANAGED_AGENTS_REFUSED: Final = (
     "LizardExecutor does not support managed agents ({names}): a managed agent needs the host "
@@ -93,7 +95,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     (packages to install in the sandbox, missing ones only), ``logger`` (a smolagents
     ``AgentLogger``), ``project_id``, ``api_key``, ``api_url`` (default: ``LIZARD_PROJECT_ID``,
     ``LIZARD_API_KEY``, ``LIZARD_API_URL``), ``size``, ``lifetime_ms`` (sandbox lifetime) and
-    ``command_timeout_ms`` (per step).
+    ``command_timeout_ms`` (per step; the cells that define tools and variables get at least
+    :data:`SETUP_TIMEOUT_S`, since they run the framework's code, not the model's).
 
     Newer keywords: ``template`` (default ``interpreter``; ``base`` works too), ``region``,
     ``envs`` (environment variables for the sandbox, e.g. secrets that tools need; nothing from
@@ -185,6 +188,9 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         )
         self._attached = sandbox_id is not None
         self._step_timeout = command_timeout_ms / 1000
+        # Setup cells (tools, variables) are the framework's code, not the model's: a step
+        # timeout tuned for model code (1 s, say) must not fail the run while imports load.
+        self._setup_timeout = max(self._step_timeout, min(SETUP_TIMEOUT_S, lifetime_ms / 1000))
         self._install_timeout = install_timeout_ms / 1000
         self._max_logs = max_print_outputs_length
         self._max_answer = max_final_answer_bytes
@@ -356,8 +362,10 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         self.installed_packages += self.install_packages(pending)
         self._pending_imports = []
 
-    def _execute(self, code: str, *, live: bool, doing: str) -> tuple[ExecutionResult, str]:
-        """One request: run ``code`` under the step timeout; return the result and its logs.
+    def _execute(
+        self, code: str, *, live: bool, doing: str, timeout: float | None = None
+    ) -> tuple[ExecutionResult, str]:
+        """One request: run ``code`` under ``timeout`` (default: the step's); return its logs too.
 
         The logs are both streams in the order they arrived, ANSI-free, not yet capped.
         """
@@ -370,18 +378,20 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
                 live_log.write(text)
 
             with mapped_errors(doing):
-                result = self._kernel.execute(code, timeout=self._step_timeout, on_output=on_output)
+                result = self._kernel.execute(
+                    code, timeout=timeout or self._step_timeout, on_output=on_output
+                )
         return result, strip_ansi("".join(chunks))
 
     def _run_setup(self, code: str, doing: str) -> None:
         """Run a setup cell (tools, variables); an error in it is raised, never hidden."""
-        result, logs = self._execute(code, live=False, doing=doing)
+        result, logs = self._execute(code, live=False, doing=doing, timeout=self._setup_timeout)
         if result.state_lost:
             # Found at a run's start (send_variables, then send_tools): this cell and the next
             # define what the run needs in the fresh kernel; the model is told on its first step.
             self._lost_notice = _join(result.notice or "", _STATE_LOST)
         try:
-            output = self._outcome(result, logs, restore=False)
+            output = self._outcome(result, logs, restore=False, timeout=self._setup_timeout)
         except StepError as exc:
             raise StepError(f"{doing.capitalize()} in the sandbox failed:\n{exc.message}") from exc
         if output.logs:
@@ -400,7 +410,14 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             self._lost_notice = _join(result.notice or "", _STATE_LOST)
             self._restore()
 
-    def _outcome(self, result: ExecutionResult, logs: str, *, restore: bool = True) -> CodeOutput:
+    def _outcome(
+        self,
+        result: ExecutionResult,
+        logs: str,
+        *,
+        restore: bool = True,
+        timeout: float | None = None,
+    ) -> CodeOutput:
         logs = cap_logs(logs, self._max_logs)
         # For error messages: the output printed before the error, labelled as smolagents does.
         printed = f"Execution logs:\n{logs}" if logs.strip() else ""
@@ -425,9 +442,9 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             raise StepError(
                 _join(
                     printed,
-                    f"TimeoutError: the code ran longer than the {self._step_timeout:g} s step "
-                    f"timeout and was interrupted.{kept} Make it faster, or split the work into "
-                    "smaller steps.",
+                    f"TimeoutError: the code ran longer than the {timeout or self._step_timeout:g}"
+                    f" s step timeout and was interrupted.{kept} Make it faster, or split the "
+                    "work into smaller steps.",
                     notice,
                 )
             )
