@@ -347,7 +347,8 @@ def test_output_arrives_while_the_cell_runs(kernel: GuestKernel) -> None:
             ended = time.monotonic() - started
     proc.wait()
     assert seen_first is not None
-    assert seen_first < 0.7 < ended
+    # The first line came while the cell still slept (a start-up delay shifts both times alike).
+    assert ended - seen_first > 0.5
 
 
 def test_output_past_the_limit_is_cut_with_a_marker_frame(kernel: GuestKernel) -> None:
