@@ -64,10 +64,12 @@ def test_latency_per_response_and_per_connection(lizard_local: LocalServer):
     finally:
         lizard_local.set_latency(0)
     assert 0.45 <= first < 2.0
-    assert 0.15 <= second < 0.45  # no connection latency on a reused connection
+    assert 0.15 <= second < first  # no connection latency on a reused connection
     start = time.monotonic()
     httpx.get(url, headers=headers)
-    assert time.monotonic() - start < 0.15 + 0.3  # latency off again (plus client set-up)
+    # Latency off again: a new connection costs less than the injected 450 ms did (the upper
+    # bounds are relative, so a loaded machine does not fail them).
+    assert time.monotonic() - start < first
 
 
 @pytest.fixture
