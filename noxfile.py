@@ -23,6 +23,11 @@ PYPROJECT = nox.project.load_toml(ROOT / "pyproject.toml")
 PYTHONS = ["3.11", "3.12", "3.13"]
 DEFAULT_PYTHON = "3.11"
 BOUNDS = ["lowest", "latest"]
+# The suites wait on sandboxes far more than they compute (a lizard-core run takes about 2.5 times
+# its CPU time), so more pytest-xdist workers than cores pays off; each worker starts its own
+# lizard-local, and a module's tests stay on one worker (module-scoped sandboxes are shared).
+# LIZARD_TEST_WORKERS=0 runs a suite in one process.
+WORKERS = os.environ.get("LIZARD_TEST_WORKERS", "4")
 
 nox.needs_version = ">=2025.2.9"
 nox.options.default_venv_backend = "uv"
@@ -78,6 +83,11 @@ def _path(package: str) -> str:
     return f"packages/{package}"
 
 
+def _parallel() -> list[str]:
+    """pytest-xdist's arguments for :data:`WORKERS` (none for 0: one process)."""
+    return [] if WORKERS == "0" else ["-n", WORKERS, "--dist", "loadscope"]
+
+
 def _install_package(session: nox.Session, package: str, bound: str = "latest") -> None:
     """Install a package with lizard-core and lizard-local (the test fixture) from this checkout.
 
@@ -131,6 +141,7 @@ def tests(session: nox.Session, package: str, bound: str) -> None:
         f"{_path(package)}/tests",
         "-m",
         "not live",
+        *_parallel(),
         *session.posargs,
         env={"LIZARD_LIVE_TESTS": "0"},
     )
@@ -146,6 +157,7 @@ def tests_sdk_0_1(session: nox.Session) -> None:
         "pytest",
         "packages/lizard-local/tests",
         "--ignore=packages/lizard-local/tests/test_contract.py",
+        *_parallel(),
         *session.posargs,
     )
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import functools
 import re
+import threading
 from importlib import resources
 
 __all__ = ["program", "source"]
@@ -120,10 +121,21 @@ class _Compact(ast.NodeTransformer):
         return node
 
 
+# CPython 3.11's AST constructor keeps a recursion counter that threads share, so building two
+# programs at once can fail with "AST constructor recursion depth mismatch" (seen with four
+# executors starting together): programs are built one at a time.
+_BUILDING = threading.Lock()
+
+
 @functools.cache
 def program(name: str) -> str:
     """The compact form of guest program ``name``, ready to pass as ``python3 -c`` text."""
-    tree = _Compact().visit(ast.parse(source(name)))
+    with _BUILDING:
+        return _compact(source(name))
+
+
+def _compact(text: str) -> str:
+    tree = _Compact().visit(ast.parse(text))
     text = ast.unparse(ast.fix_missing_locations(tree))
     # One space per indentation level. Safe because unparse writes every string literal on one
     # line, so leading spaces are always indentation.
