@@ -130,6 +130,6 @@ def test_bad_ids_raise_before_any_request(
     sandbox_config: SandboxConfig, lizard_counters: LocalServer
 ) -> None:
     lizard_counters.reset_counters()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="not a snapshot id"):
         delete_snapshots(sandbox_config, ["../etc"])
     assert lizard_counters.counters()["total"] == 0
