@@ -17,6 +17,7 @@ import uuid
 from collections.abc import Iterator
 
 import httpx
+import lizard
 import pytest
 
 from lizard_core.commands import run_command
@@ -116,3 +117,15 @@ def test_exposed_port_needs_the_token(config: SandboxConfig) -> None:
             assert time.monotonic() < deadline, res.status_code
             time.sleep(1)
         assert httpx.get(url).status_code in (401, 403)
+
+
+def test_idle_pause_and_transparent_resume(config: SandboxConfig) -> None:
+    with Session(config, idle_pause_s=5) as session:
+        run_command(session, ["sh", "-c", "echo idle > /tmp/live-idle"])
+        deadline = time.monotonic() + 120
+        while not session.paused:
+            assert time.monotonic() < deadline
+            time.sleep(1)
+        raw = lizard.Sandbox(str(session.sandbox_id), **session.api_kwargs())
+        assert raw.get_info().status == "paused"
+        assert run_command(session, ["cat", "/tmp/live-idle"]).stdout == b"idle\n"

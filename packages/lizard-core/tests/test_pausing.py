@@ -50,6 +50,7 @@ def test_pause_keeps_files_ends_processes_and_the_next_operation_resumes(
     run_command(session, "echo kept > /tmp/kept; (sleep 300 &) ; true", shell=True)
     session.pause()
     assert session.paused
+    assert "state=paused" in repr(session)
     sandbox_id = session.sandbox_id
     assert sandbox_id is not None
     assert _status(lizard_local, sandbox_id) == "paused"
@@ -130,6 +131,29 @@ def test_attach_to_a_running_sandbox_renews_its_lifetime_once(
     assert _count(lizard_counters, GET) == 1
     assert _count(lizard_counters, EXTEND) == 1
     assert _count(lizard_counters, RESUME) == 0
+
+
+@pytest.mark.parametrize("timeout_ms", [0, 3_600_000])
+def test_attach_never_shortens_a_lifetime_nor_adds_a_deadline(
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer, timeout_ms: int
+) -> None:
+    existing = lizard.Sandbox.create(
+        "base",
+        project_id=lizard_counters.project_id,
+        timeout_ms=timeout_ms,
+        api_key=lizard_counters.api_key,
+        api_url=lizard_counters.url,
+    )
+    end_before = existing.get_info().end_at
+    lizard_counters.reset_counters()
+    try:
+        with Session(sandbox_config, sandbox_id=existing.sandbox_id, keep_alive=True) as s:
+            for _ in range(3):
+                s.call(s.sandbox().get_info, idempotent=True)
+        assert _count(lizard_counters, EXTEND) == 0
+        assert existing.get_info().end_at == end_before
+    finally:
+        existing.kill()
 
 
 def test_attach_to_a_killed_sandbox_stays_gone(

@@ -209,7 +209,8 @@ def test_pause_ends_processes_keeps_files_and_freezes_the_lifetime(lizard_local:
         sb.wait_for_status("paused")
         time.sleep(1.6)  # longer than the lifetime: a paused sandbox does not expire
         sb.resume()
-        sb.wait_for_status("running")
+        sb.wait_for_status("running")  # still there: the lifetime did not run while paused
+        sb.set_timeout(60_000)  # the rest of the test needs more than what was left
         before = sb.process.exec_("cat /tmp/ticks").stdout.split()
         time.sleep(0.3)
         after = sb.process.exec_("cat /tmp/ticks").stdout.split()

@@ -200,3 +200,14 @@ def test_paused_sandbox_refuses_fork_and_its_resume_boots_fresh(sandbox: Sandbox
     assert "sleep 300" not in sandbox.process.exec_("ps -eo args").stdout
     assert sandbox.fs.read("/root/kept") == "yes"
     Sandbox.delete_snapshot(snap["id"])
+
+
+def test_a_paused_sandbox_is_killed_cleanly(lizard_local: LocalServer):
+    sb = Sandbox.create("base", project_id=lizard_local.project_id)
+    sb.process.exec_("sleep 300 >/dev/null 2>&1 &")
+    sb.pause()
+    assert sb.kill() is True
+    assert sb.sandbox_id not in lizard_local.sandboxes()
+    with pytest.raises(NotFoundError):
+        sb.get_info()
+    assert sb.kill() is False

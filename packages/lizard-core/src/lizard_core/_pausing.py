@@ -28,6 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from lizard import Sandbox
@@ -59,6 +60,7 @@ RESTORED_NOTICE: Final = (
     "This sandbox started from a snapshot, which holds files only: the Python kernel starts "
     "empty (variables, imports and functions from before the snapshot are lost; files are kept)."
 )
+_NO_DEADLINE: Final = float("inf")
 _FIRST_POLL_S: Final = 0.05
 _MAX_POLL_S: Final = 1.0
 
@@ -151,7 +153,12 @@ class Pausing:
     # ── attach ───────────────────────────────────────────────────────────
 
     def _attach(self, attach_id: str) -> Any:
-        """One ``GET`` for the status; a resume if paused; one ``set_timeout`` (renewal)."""
+        """One ``GET`` for the status; a resume if paused; a renewal if the lifetime is short.
+
+        The lifetime is renewed to the configuration's (one ``set_timeout``) when less than
+        that is left, or after a resume; a longer one is never shortened, and a sandbox
+        without a deadline is left without one.
+        """
         sandbox = Sandbox(attach_id, **self.api_kwargs())
         try:
             with translated(sandbox_id=attach_id):
@@ -165,7 +172,9 @@ class Pausing:
                     f"The sandbox {attach_id} no longer exists (its status is {status!r}).",
                     sandbox_id=attach_id,
                 )
+            left_s = _seconds_left(info)
             if status in ("paused", "pausing"):
+                left_s = 0.0  # frozen while paused: renew after the resume
                 if status == "pausing":
                     self._wait_status(sandbox, "paused")
                 with self._lock:
@@ -175,15 +184,18 @@ class Pausing:
                 self._wait_status(sandbox, "running")
                 self._booted_fresh(RESUMED_NOTICE)
             started = time.monotonic()
-            self._extend(sandbox)  # a later run's sandbox must not expire under it
+            lifetime_s = self._config.lifetime_ms / 1000
+            if left_s != _NO_DEADLINE and left_s < lifetime_s:
+                self._extend(sandbox)  # a later run's sandbox must not expire under it
+                left_s = lifetime_s
         except SandboxGoneError:
             with self._lock:
                 self._gone = True
             raise
         with self._lock:
             self._sandbox = sandbox
-            if self._keep_alive:
-                self._extend_due = started + self._config.lifetime_ms / 2000
+            if self._keep_alive and left_s != _NO_DEADLINE:
+                self._extend_due = started + left_s - lifetime_s / 2
         _log.debug("attached to sandbox %s", attach_id)
         return sandbox
 
@@ -312,3 +324,17 @@ class Pausing:
                 _log.warning("idle pause of sandbox %s failed: %s", self._sandbox_id, error)
                 with self._lock:
                     self._last_used = time.monotonic()
+
+
+def _seconds_left(info: Any) -> float:
+    """Seconds until the sandbox's deadline: ``inf`` without one, 0 when unreadable."""
+    end = getattr(info, "end_at", None)
+    if not end:
+        return _NO_DEADLINE  # timeoutMs 0: no deadline, and none is added
+    try:
+        deadline = datetime.fromisoformat(str(end).replace("Z", "+00:00"))
+    except ValueError:
+        return 0.0  # unknown: renew rather than risk an expiry
+    if deadline.tzinfo is None:
+        deadline = deadline.replace(tzinfo=UTC)
+    return max((deadline - datetime.now(UTC)).total_seconds(), 0.0)

@@ -420,6 +420,8 @@ class Registry:
         """End every process, keep the files, freeze the lifetime."""
         if sb.status == "paused":
             return
+        if sb.status != "running":
+            raise ApiError(409, f"Sandbox is {sb.status}", "SANDBOX_BUSY")
         if sb.timer is not None:
             sb.timer.cancel()
             sb.timer = None
@@ -533,8 +535,12 @@ class Registry:
         for proxy, _ in sb.proxies.values():
             await proxy.close()
         sb.proxies.clear()
+        # A paused sandbox's agent is already stopped and reaped: stopping it again would
+        # signal its old pids, which by now may be other processes'.
+        stopped = sb.status in ("paused", "resuming")  # resume stops what it boots
         sb.status = "deleted"
-        await sb.link.stop()
+        if not stopped:
+            await sb.link.stop()
         self.volumes.detach(sandbox_id)
         base = self.isolation.state_dir / "sandboxes" / sandbox_id
         task = asyncio.get_running_loop().create_task(self._remove_dirs(base))
