@@ -156,8 +156,8 @@ class Pausing:
         """One ``GET`` for the status; a resume if paused; a renewal if the lifetime is short.
 
         The lifetime is renewed to the configuration's (one ``set_timeout``) when less than
-        that is left, or after a resume; a longer one is never shortened, and a sandbox
-        without a deadline is left without one.
+        half of that is left (keep-alive's own threshold), or after a resume; a longer one is
+        never shortened, and a sandbox without a deadline is left without one.
         """
         sandbox = Sandbox(attach_id, **self.api_kwargs())
         try:
@@ -185,7 +185,7 @@ class Pausing:
                 self._booted_fresh(RESUMED_NOTICE)
             started = time.monotonic()
             lifetime_s = self._config.lifetime_ms / 1000
-            if left_s != _NO_DEADLINE and left_s < lifetime_s:
+            if left_s != _NO_DEADLINE and left_s < lifetime_s / 2:
                 self._extend(sandbox)  # a later run's sandbox must not expire under it
                 left_s = lifetime_s
         except SandboxGoneError:
@@ -195,7 +195,8 @@ class Pausing:
         with self._lock:
             self._sandbox = sandbox
             if self._keep_alive and left_s != _NO_DEADLINE:
-                self._extend_due = started + left_s - lifetime_s / 2
+                # Extended at first use once less than a lifetime is left, never shortened.
+                self._extend_due = started + max(left_s - lifetime_s, 0.0)
         _log.debug("attached to sandbox %s", attach_id)
         return sandbox
 
