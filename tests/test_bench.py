@@ -96,7 +96,7 @@ def test_repetitions_depend_on_the_kind_of_operation() -> None:
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 27
+    assert len(catalogue.OPERATIONS) == 31
     for target in catalogue.SPEED_TARGETS:
         assert catalogue.operation(target.operation).kind != "probe"
     assert catalogue.operation("bare_exec") is catalogue.LIMIT
@@ -538,3 +538,50 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
     page = report.render_page(result, reading.reading_lines(result), "performance.png")
     assert "command `true`" in page
     assert "](performance.png)" in page
+
+
+def test_win_targets_judge_restore_against_create_and_setup() -> None:
+    twenty = Setting(20)
+    won = make_run((twenty,), restore={OURS: [sample(90)]}, create_setup={OURS: [sample(140)]})
+    assert report.win_lines(won) == [
+        "- ✅ restore from a snapshot beats create + setup at 20 ms per response — "
+        "90.0 ms vs 140 ms"
+    ]
+    lost = make_run((twenty,), restore={OURS: [sample(150)]}, create_setup={OURS: [sample(140)]})
+    assert report.win_lines(lost)[0].startswith("- ❌")
+    assert "not measured" in report.win_lines(make_run((twenty,), restore={OURS: [sample(1)]}))[0]
+    assert {op.kind for op in catalogue.OPERATIONS if op.name in ("restore", "fork_warm")} == {
+        "lifecycle"
+    }
+
+
+def test_the_lifecycle_rows_run_on_our_side_only(tmp_path: Path) -> None:
+    args = run.parse_args(
+        [
+            "--ops",
+            "create_setup,restore,pause_resume,fork_warm",
+            "--settings",
+            "0",
+            "--reps",
+            "1",
+            "--memory-sizes",
+            "none",
+            "--output",
+            str(tmp_path / "performance.md"),
+        ]
+    )
+    result = run.measure(args)
+    assert result.failures() == []
+    for name in ("create_setup", "restore", "pause_resume", "fork_warm"):
+        cell = result.get(Setting(0), name, OURS)
+        assert cell is not None, name
+        assert all(0 < s.seconds < 60 for s in cell.samples)
+        assert result.get(Setting(0), name, REF) is None
+    restore = result.get(Setting(0), "restore", OURS)
+    assert restore is not None
+    assert restore.routes["POST /api/sandboxes"] == 1
+    assert "POST /api/sandboxes/{id}/fork" in result.get(Setting(0), "fork_warm", OURS).routes  # type: ignore[union-attr]
+    pause = result.get(Setting(0), "pause_resume", OURS)
+    assert pause is not None
+    assert pause.routes["POST /api/sandboxes/{id}/pause"] == 1
+    assert pause.routes["POST /api/sandboxes/{id}/resume"] == 1

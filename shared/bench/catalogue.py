@@ -26,21 +26,28 @@ __all__ = [
     "LIMIT",
     "LIMIT_TARGETS",
     "OPERATIONS",
+    "OURS_ONLY",
     "PROBES",
     "QUICK_OPERATIONS",
     "REQUEST_TARGETS",
     "SETTINGS",
     "SPEED_TARGETS",
+    "WIN_TARGETS",
     "LimitTarget",
     "Operation",
     "Setting",
     "SpeedTarget",
+    "WinTarget",
     "operation",
     "parse_settings",
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit"]
+Kind = Literal[
+    "workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit", "lifecycle"
+]
+OURS_ONLY: Final = ("probe", "limit", "lifecycle")
+"""Kinds measured on this repository's side only: no adapter needed, or none in 0.1.x."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,17 @@ OPERATIONS: Final = (
     Operation("deepagents_execute", "Deep Agents `execute('true')`", "deepagents"),
     Operation("deepagents_upload_1k", "Deep Agents `upload_files`, 1 KiB", "deepagents"),
     Operation("deepagents_download_1k", "Deep Agents `download_files`, 1 KiB", "deepagents"),
+    Operation(
+        "create_setup",
+        "new session + setup step (100 files of 10 KiB) + first command",
+        "lifecycle",
+        True,
+    ),
+    Operation(
+        "restore", "new session from a snapshot of that setup + first command", "lifecycle", True
+    ),
+    Operation("pause_resume", "pause + resume + first command", "lifecycle"),
+    Operation("fork_warm", "fork of a warm executor + first cell in the copy", "lifecycle", True),
 )
 
 PROBES: Final = (
@@ -246,3 +264,23 @@ LIMIT_TARGETS: Final = (
     LimitTarget("step_trivial", "a warm `x = 1 + 1` step"),
 )
 """Operations whose guest-side cost should come close to a bare exec."""
+
+
+@dataclass(frozen=True)
+class WinTarget:
+    """At ``setting``, ours on ``operation`` must take less wall time than ours on ``versus``."""
+
+    operation: str
+    versus: str
+    what: str
+    setting: Setting = Setting(20)
+
+    def met(self, ours_s: float, versus_s: float) -> bool:
+        """Whether ``operation`` (``ours_s``) beat ``versus`` (``versus_s``)."""
+        return ours_s < versus_s
+
+
+WIN_TARGETS: Final = (
+    WinTarget("restore", "create_setup", "restore from a snapshot beats create + setup"),
+)
+"""Pairs of our own operations where the first must win."""

@@ -20,6 +20,7 @@ from catalogue import (
     PROBES,
     REQUEST_TARGETS,
     SPEED_TARGETS,
+    WIN_TARGETS,
     Operation,
     Setting,
     SpeedTarget,
@@ -52,6 +53,7 @@ __all__ = [
     "route_name",
     "routes_table",
     "setting_table",
+    "win_lines",
 ]
 
 REF: Final = "0.1.0"
@@ -466,6 +468,23 @@ def limit_lines(run: Run) -> list[str]:
     return lines
 
 
+def win_lines(run: Run) -> list[str]:
+    """One line per win target: our operation against another of ours, in wall time."""
+    lines = []
+    for target in WIN_TARGETS:
+        label = f"{target.what} at {target.setting.description}"
+        ours = run.get(target.setting, target.operation, OURS)
+        versus = run.get(target.setting, target.versus, OURS)
+        if ours is None or versus is None:
+            lines.append(f"- ⚪ {label} — not measured")
+            continue
+        mark = "✅" if target.met(ours.seconds, versus.seconds) else "❌"
+        lines.append(
+            f"- {mark} {label} — {format_ms(ours.seconds)} ms vs {format_ms(versus.seconds)} ms"
+        )
+    return lines
+
+
 @dataclass(frozen=True)
 class ChartRow:
     """One operation in the chart: median wall ms on each side and of the limit."""
@@ -483,7 +502,7 @@ def chart_rows(run: Run, setting: Setting) -> list[ChartRow]:
         return []
     rows = []
     for op in run.operations:
-        if op.kind in ("probe", "limit"):
+        if op.kind in ("probe", "limit", "lifecycle"):
             continue
         ours = run.get(setting, op.name, OURS)
         if ours is None:
@@ -653,7 +672,14 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
         "",
         routes_table(run, slowest),
     ]
-    parts += ["", "## Acceptance targets", "", *acceptance_lines(run), *limit_lines(run)]
+    parts += [
+        "",
+        "## Acceptance targets",
+        "",
+        *acceptance_lines(run),
+        *limit_lines(run),
+        *win_lines(run),
+    ]
     probes = [(s, probe_table(run, s)) for s in run.settings]
     pooled = [(s, pooled_table(run, s)) for s in run.settings]
     if any(table for _, table in probes + pooled):

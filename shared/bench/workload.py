@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any, Final
 
+from workload_lifecycle import LifecycleOps
+
 __all__ = ["Prepared", "Workload", "WorkloadError", "pool_sdk_connections", "timed"]
 
 LIFETIME_MS: Final = 3_600_000  # warm sandboxes outlive a full run
@@ -76,8 +78,11 @@ def _expect(condition: bool, message: str) -> None:
         raise WorkloadError(message)
 
 
-class Workload:
-    """Warm resources (one workspace backend, one executor) and the operations on them."""
+class Workload(LifecycleOps):
+    """Warm resources (one workspace backend, one executor) and the operations on them.
+
+    The lifecycle operations (ours only) come from :mod:`workload_lifecycle`.
+    """
 
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
@@ -211,6 +216,7 @@ class Workload:
         if self._bare is not None:
             self._bare[1].close()  # the sandbox is the workspace backend's, closed with it
             self._bare = None
+        errors += self.close_lifecycle()
         self.loop.close()
         if errors:
             raise WorkloadError("; ".join(errors))

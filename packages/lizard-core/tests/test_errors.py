@@ -18,6 +18,8 @@ from lizard_core.errors import (
     OutputLimitError,
     QuotaError,
     SandboxGoneError,
+    SandboxPausedError,
+    SandboxStateError,
     TransientError,
     translate,
     translated,
@@ -43,7 +45,7 @@ STATUS_KINDS: list[tuple[int, type[LizardIntegrationError]]] = [
     (403, CredentialsError),
     (404, SandboxGoneError),
     (408, TransientError),
-    (409, LizardIntegrationError),
+    (409, SandboxStateError),
     (429, QuotaError),
     (500, TransientError),
     (501, LizardIntegrationError),
@@ -156,7 +158,7 @@ SDK_CLASS_KINDS: dict[type[lizard.LizardError], type[LizardIntegrationError]] = 
     lizard.ConfigApplyError: LizardIntegrationError,
     lizard.AuthenticationError: CredentialsError,
     lizard.NotFoundError: SandboxGoneError,
-    lizard.ConflictError: LizardIntegrationError,
+    lizard.ConflictError: SandboxStateError,
     lizard.TimeoutError: TransientError,
     lizard.PaymentRequiredError: QuotaError,
     lizard.LimitExceededError: QuotaError,
@@ -339,3 +341,13 @@ def test_every_exception_class_of_lizard_core_is_defined_in_errors() -> None:
             ):
                 elsewhere.append(f"{info.name}.{name}")
     assert elsewhere == []
+
+
+def test_a_paused_sandbox_is_its_own_kind_of_conflict() -> None:
+    paused = translate(sdk_error(409, {"error": "Sandbox is paused", "code": "SANDBOX_PAUSED"}))
+    assert type(paused) is SandboxPausedError
+    assert "resume" in paused.message
+    refused = translate(sdk_error(409, {"error": "has a volume", "code": "FORK_VOLUME"}))
+    assert type(refused) is SandboxStateError
+    assert refused.code == "FORK_VOLUME"
+    assert "has a volume" in refused.message

@@ -6,6 +6,7 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -136,6 +137,8 @@ def test_file_operations_refuse_a_root_that_is_not_the_sandboxes():
         link=link,
         namespace=True,
         instance="test",
+        base=Path("/nonexistent"),
+        boot_config={},
     )
     for pid in (os.getpid(), 2**22 + 12345):
         link.agent_pid = pid

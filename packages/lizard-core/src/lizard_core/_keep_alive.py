@@ -44,6 +44,7 @@ class KeepAlive:
     _sandbox_id: str | None
     _extend_due: float | None
     _in_flight: int
+    _last_used: float
     _keeper: threading.Thread | None
     _keeper_wake: threading.Condition
 
@@ -101,14 +102,12 @@ class KeepAlive:
 
         With keep-alive, a thread extends the lifetime every half lifetime while any operation
         is in flight, so that one call longer than the lifetime (a long command or cell) does
-        not see its sandbox expire under it. The thread ends when the last one does.
+        not see its sandbox expire under it. The thread ends when the last one does. An
+        operation in flight is also use for the idle pause (:mod:`lizard_core._pausing`).
         """
-        if not self._keep_alive:
-            yield
-            return
         with self._lock:
             self._in_flight += 1
-            if self._keeper is None:
+            if self._keep_alive and self._keeper is None:
                 self._keeper = threading.Thread(
                     target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
                 )
@@ -118,6 +117,7 @@ class KeepAlive:
         finally:
             with self._lock:
                 self._in_flight -= 1
+                self._last_used = time.monotonic()
                 self._keeper_wake.notify_all()
 
     def _keep_alive_while_busy(self) -> None:

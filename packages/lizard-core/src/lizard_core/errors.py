@@ -7,6 +7,10 @@ Every exception class lizard_core defines is defined here::
     ├── CredentialsError            the API key was rejected (401) or refused this action (403)
     ├── QuotaError                  payment required (402) or a limit reached (429)
     ├── TransientError              5xx, 408/504, timeouts, dropped connections; may pass
+    ├── SandboxStateError           the sandbox's state refuses the call (409): a fork of a
+    │   │                           sandbox with a volume, a volume in use, a failed pause
+    │   ├── SandboxPausedError      the sandbox is paused: resume it first
+    │   └── StateWaitTimeoutError   a pause or resume did not finish in time (also TimeoutError)
     ├── CommandTimeoutError         a command outlived its timeout
     ├── OutputLimitError            a command's output passed its limit
     ├── GuestProtocolError          the guest program's framed answer was missing or malformed
@@ -30,12 +34,13 @@ Contract:
   :class:`QuotaError`        payment required (402) or a limit reached (429); ``retry_after``
                              and ``url`` say when to retry and which page to open
   :class:`TransientError`    5xx, 408/504, timeouts and dropped connections; may succeed later
+  :class:`SandboxStateError` a conflict with the sandbox's state (409); ``code`` says which
   :class:`CommandTimeoutError`  a command outlived its timeout; partial output attached
   :class:`OutputLimitError`  a command's output passed its limit; partial output attached
   :class:`GuestProtocolError`  the guest program's framed answer was missing or malformed
   ========================  ==================================================================
 
-  Other API failures (400, 409, 501, SDK-side checks such as an unknown project) are the base
+  Other API failures (400, 501, SDK-side checks such as an unknown project) are the base
   class itself, with ``status_code`` and ``code`` when the API sent them.
 - :func:`translate` maps every lizard-sdk exception class and every httpx error to one of
   these; :func:`translated` is the context manager that does it around a block of SDK calls and
@@ -79,6 +84,9 @@ __all__ = [
     "OutputLimitError",
     "QuotaError",
     "SandboxGoneError",
+    "SandboxPausedError",
+    "SandboxStateError",
+    "StateWaitTimeoutError",
     "TransientError",
     "malformed_answer",
     "translate",
@@ -170,6 +178,26 @@ class TransientError(LizardIntegrationError):
     ) -> None:
         super().__init__(message, status_code=status_code, code=code)
         self.retry_after = retry_after
+
+
+class SandboxStateError(LizardIntegrationError):
+    """The sandbox's state refuses the call (HTTP 409, or found so before asking).
+
+    A fork of a sandbox with a volume attached, a volume attached to another sandbox, a pause
+    the platform reports as failed. ``code`` carries the platform's code when it sent one.
+    """
+
+
+class SandboxPausedError(SandboxStateError):
+    """The sandbox is paused: commands and files are refused until it is resumed.
+
+    A :class:`~lizard_core.session.Session` resumes a sandbox it paused itself before the next
+    operation; this is raised when something else paused it under a call.
+    """
+
+
+class StateWaitTimeoutError(SandboxStateError, TimeoutError):
+    """A pause or resume did not reach its state within the session's bounded wait."""
 
 
 class _PartialOutputError(LizardIntegrationError):
@@ -298,6 +326,8 @@ def _from_status(
         )
     if status == 402:
         return QuotaError(f"Payment required: {message}", status_code=status, code=code)
+    if status == 409:
+        return _conflict(message, code)
     if status == 429:
         return QuotaError(f"Limit reached: {message}", status_code=status, code=code)
     if status in (408, 504) or (status >= 500 and status != 501):
@@ -308,6 +338,19 @@ def _from_status(
         )
     return LizardIntegrationError(
         f"Lizard API error {status}: {message}", status_code=status, code=code
+    )
+
+
+def _conflict(message: str, code: str | None) -> SandboxStateError:
+    message = message.removeprefix("API error 409: ")
+    if code == "SANDBOX_PAUSED" or message.strip() == "Sandbox is paused":
+        return SandboxPausedError(
+            "The sandbox is paused: resume it before running commands or using files.",
+            status_code=409,
+            code=code,
+        )
+    return SandboxStateError(
+        f"Conflict with the sandbox's state: {message}", status_code=409, code=code
     )
 
 
@@ -359,10 +402,8 @@ def _translate_sdk(
             status_code=status,
             code=code,
         )
-    if isinstance(exc, lizard.ConflictError):
-        return LizardIntegrationError(
-            f"Conflict: {message}", status_code=status if status is not None else 409, code=code
-        )
+    if isinstance(exc, lizard.ConflictError) or status == 409:
+        return _conflict(message, code)
     if status is not None:
         return _from_status(status, message, code=code, sandbox_id=sandbox_id)
     # Raised by the SDK itself (unknown project, unsupported option, runner failure).

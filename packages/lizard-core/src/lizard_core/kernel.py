@@ -205,6 +205,8 @@ class Kernel(ClosesOnExit):
         self._max_result = _limit("max_result_bytes", max_result_bytes)
         self._lock = threading.Lock()
         self._kernel_id: str | None = None
+        # The session's fresh boots this kernel has accounted for (see _lost_notice).
+        self._boots_seen = 0
         # After one answered call the sandbox holds this daemon version: stop sending its source.
         self._daemon_sent = False
 
@@ -377,17 +379,7 @@ class Kernel(ClosesOnExit):
                     "The Python kernel could not be started in the sandbox: "
                     f"{error[KernelEnd.ERROR_MESSAGE]}"
                 )
-            # A kernel other than the one the previous call saw, with nobody saying so, means
-            # another client restarted it in between.
-            current = final.get(KernelEnd.KERNEL_ID) or assembler.kernel_id
-            lost_notice = None
-            if (
-                self._kernel_id is not None
-                and current is not None
-                and current != self._kernel_id
-                and not final.get(KernelEnd.STATE_LOST)
-            ):
-                lost_notice = _REPLACED_ELSEWHERE
+            lost_notice = self._lost_notice(final, assembler)
             result = assembler.result(final, lost_notice)
             # An end frame written by the client (the kernel was killed or died) names no
             # kernel: the next call runs in a fresh one whose id is not known yet.
@@ -397,6 +389,30 @@ class Kernel(ClosesOnExit):
             if job is not None:
                 schedule_cleanup(sandbox, job)
             self._lock.release()
+
+    def _lost_notice(self, final: Frame, assembler: Assembler) -> str | None:
+        """Why this call's kernel is not the one earlier calls built, when nobody said so.
+
+        A kernel other than the one the previous call saw means it was restarted in between:
+        by a fresh boot of the sandbox (a resume, or a start from a snapshot or fork: the
+        session counts them) or by another client. A first call after such a boot that finds a
+        fresh kernel (its first cell) reports the boot too. Where the platform keeps memory
+        the kernel carries on, and nothing is reported.
+        """
+        boots = self._session.boot_epoch
+        booted, self._boots_seen = boots != self._boots_seen, boots
+        if final.get(KernelEnd.STATE_LOST):
+            # The client found its kernel dead; after a boot, the boot is why.
+            if booted and self._session.boot_notice:
+                final[KernelEnd.NOTICE] = self._session.boot_notice
+            return None
+        current = final.get(KernelEnd.KERNEL_ID) or assembler.kernel_id
+        if self._kernel_id is not None:
+            if current is None or current == self._kernel_id:
+                return None
+            return (self._session.boot_notice if booted else None) or _REPLACED_ELSEWHERE
+        fresh = int(final.get(KernelEnd.COUNT) or assembler.count) <= 1
+        return self._session.boot_notice if booted and fresh else None
 
     def _read_spill(self, sandbox: Any, path: str, assembler: Assembler) -> None:
         """Feed the frames the guest wrote to a file past the streamed budget (one request)."""
@@ -461,8 +477,9 @@ class Kernel(ClosesOnExit):
         return final
 
     def _key(self, sandbox: Any) -> str:
-        # The sandbox id keeps kernels apart where sandboxes share /tmp (lizard-local's host mode).
-        sandbox_id = str(sandbox.sandbox_id)
+        # The sandbox id keeps kernels apart where sandboxes share /tmp (lizard-local's host mode);
+        # its lineage's first id lets a fork that keeps memory find its source's kernel.
+        sandbox_id = str(self._session.lineage_id or sandbox.sandbox_id)
         if not re.fullmatch(r"[A-Za-z0-9_.-]{1,40}", sandbox_id) or sandbox_id.startswith("."):
             sandbox_id = hashlib.sha256(sandbox_id.encode()).hexdigest()[:20]
         return f"{self._name}-{sandbox_id}"

@@ -15,6 +15,16 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   :class:`~lizard_core.errors.SandboxGoneError` or a raw ``KeyError``.
 - **Attach never replaces.** A killed or expired ``sandbox_id`` raises
   :class:`~lizard_core.errors.SandboxGoneError` on every use; nothing is created.
+- **Attach whatever the state.** Attaching is one ``GET`` for the status, a resume (bounded
+  wait) when the sandbox is paused, and one ``set_timeout`` that renews its lifetime to the
+  configuration's when less than half of it is left or after a resume (never shortening it; a
+  sandbox without a deadline keeps none), so a sandbox picked up by a later run does not
+  expire under it.
+- **Pause and resume** (:mod:`lizard_core._pausing`): explicit, or after ``idle_pause_s`` idle
+  seconds; the next operation resumes transparently; fresh boots are counted for the kernel.
+- **Copies.** ``snapshot_id`` starts the sandbox from a snapshot (:mod:`lizard_core.snapshots`),
+  ``volume`` mounts a volume by name at ``/workspace``, made if absent
+  (:mod:`lizard_core.volumes`); :func:`lizard_core.forks.fork_sessions` makes forks.
 - **Destroy is idempotent and retryable.** A 404 counts as done; a failed kill is raised and
   the id kept. After :meth:`Session.destroy` or :meth:`Session.close` every use raises
   :class:`~lizard_core.errors.SandboxGoneError`.
@@ -40,7 +50,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import functools
 import logging
 import re
 import threading
@@ -54,17 +63,26 @@ from lizard.config import ConnectionConfig
 from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
-from lizard_core._jobs import forget_cleanup
 from lizard_core._keep_alive import KeepAlive
 from lizard_core._liveness import GONE_STATUSES, confirm_alive
+from lizard_core._pausing import DEFAULT_STATE_WAIT_S, RESTORED_NOTICE, Pausing
 from lizard_core._retry import RetryPolicy, attempts
+from lizard_core._teardown import Teardown
 from lizard_core._transport import Transport
+from lizard_core.checks import check_seconds
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
     MALFORMED_ANSWER,
     SandboxGoneError,
     malformed_answer,
     translated,
+)
+from lizard_core.snapshots import check_snapshot_id
+from lizard_core.volumes import (
+    DEFAULT_VOLUME_SIZE_GB,
+    check_volume_name,
+    check_volume_size,
+    ensure_volume,
 )
 
 __all__ = ["GONE_STATUSES", "RetryPolicy", "Session", "confirm_alive"]
@@ -78,11 +96,14 @@ _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _PROJECT_LOOKUP: Final = threading.Lock()
 
 
-class Session(KeepAlive):
+class Session(KeepAlive, Pausing, Teardown):
     """A lazily created (or attached) Lizard sandbox shared by threads and tasks.
 
-    ``sandbox_id`` attaches to an existing sandbox instead of creating one. ``keep_alive``
-    extends the sandbox's lifetime while the session is used. ``destroy_on_exit`` chooses what
+    ``sandbox_id`` attaches to an existing sandbox instead of creating one, whatever its state.
+    ``snapshot_id`` creates it from a snapshot; ``volume`` (a volume's name, made if absent with
+    ``volume_size_gb``) mounts at ``/workspace``. ``keep_alive`` extends the sandbox's lifetime
+    while the session is used; ``idle_pause_s`` pauses it after that many idle seconds, and
+    ``state_wait_s`` bounds each wait for a pause or resume. ``destroy_on_exit`` chooses what
     leaving a ``with`` block does (None: destroy only a sandbox this session created).
     ``retry`` sets the retry policy for idempotent calls. See the module docstring for the
     guarantees.
@@ -96,6 +117,11 @@ class Session(KeepAlive):
         keep_alive: bool = False,
         destroy_on_exit: bool | None = None,
         retry: RetryPolicy | None = None,
+        idle_pause_s: float | None = None,
+        state_wait_s: float = DEFAULT_STATE_WAIT_S,
+        snapshot_id: str | None = None,
+        volume: str | None = None,
+        volume_size_gb: int = DEFAULT_VOLUME_SIZE_GB,
     ) -> None:
         if not isinstance(config, SandboxConfig):
             raise TypeError(f"config must be a SandboxConfig, not {type(config).__name__}")
@@ -111,6 +137,18 @@ class Session(KeepAlive):
             raise TypeError("destroy_on_exit must be a bool or None")
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise TypeError("retry must be a RetryPolicy or None")
+        if idle_pause_s is not None:
+            idle_pause_s = check_seconds(idle_pause_s, name="idle_pause_s")
+        state_wait_s = check_seconds(state_wait_s, name="state_wait_s")
+        if snapshot_id is not None:
+            if sandbox_id is not None:
+                raise ValueError("give sandbox_id (attach) or snapshot_id (restore), not both")
+            check_snapshot_id(snapshot_id)
+        if volume is not None:
+            if sandbox_id is not None:
+                raise ValueError("a volume is mounted at create; an attached sandbox has its own")
+            check_volume_name(volume)
+        check_volume_size(volume_size_gb)
         if sandbox_id is None:
             # Checked here, before any request: only a create needs the project.
             config.require_project()
@@ -140,6 +178,20 @@ class Session(KeepAlive):
         self._in_flight = 0
         self._keeper: threading.Thread | None = None
         self._keeper_wake = threading.Condition(self._lock)
+        self._idle_pause_s = idle_pause_s
+        self._state_wait_s = state_wait_s
+        self._snapshot_id = snapshot_id
+        self._volume = volume
+        self._volume_size_gb = volume_size_gb
+        self._state_lock = threading.RLock()  # serialises pause and resume
+        self._paused = False
+        self._boot_epoch = 0
+        self._boot_notice: str | None = None
+        self._last_used = time.monotonic()
+        self._idler: threading.Thread | None = None
+        # The first sandbox of this one's line (a fork's source's): kernels are keyed by it, so
+        # that a fork which keeps memory finds its source's kernel.
+        self._lineage_id: str | None = None
 
     # ── public state ─────────────────────────────────────────────────────
 
@@ -167,6 +219,17 @@ class Session(KeepAlive):
             return self._destroyed
 
     @property
+    def lineage_id(self) -> str | None:
+        """The id of the first sandbox of this one's line: a fork's source's, else its own."""
+        with self._lock:
+            return self._lineage_id or self._sandbox_id
+
+    @property
+    def volume(self) -> str | None:
+        """The name of the volume mounted at ``/workspace`` when this session creates."""
+        return self._volume
+
+    @property
     def keep_alive(self) -> bool:
         """Whether use of the session extends the sandbox's lifetime."""
         return self._keep_alive
@@ -184,6 +247,8 @@ class Session(KeepAlive):
                 if self._closed
                 else "gone"
                 if self._gone
+                else "paused"
+                if self._paused
                 else "ready"
                 if self._sandbox is not None
                 else "lazy"
@@ -203,6 +268,7 @@ class Session(KeepAlive):
         with self._lock:
             if self._destroyed or self._closed:
                 self._check_usable()
+            self._last_used = time.monotonic()  # each request's start counts as use
             if self._transport is None:
                 self._transport = Transport(**self.api_kwargs())
             return self._transport
@@ -212,8 +278,15 @@ class Session(KeepAlive):
     def sandbox(self) -> Any:
         """Return the ``lizard.Sandbox``, creating or attaching on first use (blocking).
 
-        Safe to call from many threads at once: one acquisition, shared by all.
+        Safe to call from many threads at once: one acquisition, shared by all. A sandbox this
+        session paused is resumed first.
         """
+        sandbox = self._acquired()
+        self._ensure_running(sandbox)
+        self._maybe_extend(sandbox)
+        return sandbox
+
+    def _acquired(self) -> Any:
         while True:
             sandbox, future, owner = self._claim()
             if sandbox is not None:
@@ -230,7 +303,6 @@ class Session(KeepAlive):
                 break
             except concurrent.futures.CancelledError:
                 continue  # its owner gave up before starting: claim it again
-        self._maybe_extend(sandbox)
         return sandbox
 
     async def asandbox(self) -> Any:
@@ -257,6 +329,8 @@ class Session(KeepAlive):
                 continue
             sandbox = future.result()
             break
+        if self._idle_pause_s is not None or self._paused:
+            await run_blocking(self._ensure_running, sandbox)
         await self._amaybe_extend(sandbox)
         return sandbox
 
@@ -333,22 +407,9 @@ class Session(KeepAlive):
         with self._lock:
             attach_id = self._sandbox_id
         if attach_id is not None:
-            try:
-                sandbox = self._call_with_retries(
-                    functools.partial(Sandbox.connect, attach_id, **self.api_kwargs()),
-                    idempotent=True,
-                )
-            except SandboxGoneError:
-                with self._lock:
-                    self._gone = True
-                raise
-            with self._lock:
-                self._sandbox = sandbox
-                # The deadline of a sandbox we did not create is unknown: extend at first use.
-                self._extend_due = time.monotonic() if self._keep_alive else None
-            _log.debug("attached to sandbox %s", attach_id)
-            return sandbox
-
+            return self._attach(attach_id)
+        if self._volume is not None:
+            ensure_volume(self._config, self._volume, size_gb=self._volume_size_gb)
         started = time.monotonic()
         # Never retried: a create that failed in transit may have made a sandbox whose id we
         # would never learn; a second create would make another. (So may one whose answer
@@ -365,6 +426,8 @@ class Session(KeepAlive):
             self._created = True
             if self._keep_alive:
                 self._extend_due = started + self._config.lifetime_ms / 2000
+        if self._snapshot_id is not None:
+            self._booted_fresh(RESTORED_NOTICE)
         _log.debug("created sandbox %s", sandbox.sandbox_id)
         return sandbox
 
@@ -379,7 +442,38 @@ class Session(KeepAlive):
             kwargs["project_id"] = resolve_project_id(
                 kwargs.pop("project"), ConnectionConfig(**self.api_kwargs())
             )
+        if self._snapshot_id is not None:
+            # The snapshot fixes the template, size and region; the tags still apply.
+            for key in ("template", "size", "region"):
+                kwargs.pop(key, None)
+            kwargs["snapshot_id"] = self._snapshot_id
+        if self._volume is not None:
+            kwargs.pop("region", None)  # a volume is node-local: the platform places it
+            kwargs["volume_name"] = self._volume
         return kwargs
+
+    def adopt_copy(self, sandbox: Any, notice: str) -> Session:
+        """A new session that created ``sandbox``, a copy of this one's (a fork); no request.
+
+        It has this session's configuration, keep-alive, idle pause and lineage; ``notice``
+        is what its kernel reports if the copy booted fresh.
+        """
+        copy = Session(
+            self._config,
+            sandbox_id=str(sandbox.sandbox_id),
+            keep_alive=self._keep_alive,
+            retry=self._retry,
+            idle_pause_s=self._idle_pause_s,
+            state_wait_s=self._state_wait_s,
+        )
+        with copy._lock:
+            copy._sandbox = sandbox
+            copy._created = True
+            copy._lineage_id = self.lineage_id
+            if copy._keep_alive:
+                copy._extend_due = time.monotonic() + self._config.lifetime_ms / 2000
+        copy._booted_fresh(notice)
+        return copy
 
     # ── liveness ─────────────────────────────────────────────────────────
 
@@ -478,89 +572,6 @@ class Session(KeepAlive):
 
     async def _aextend(self, sandbox: Any) -> None:
         await self.acall(sandbox.set_timeout, self._config.lifetime_ms, idempotent=True)
-
-    # ── teardown ─────────────────────────────────────────────────────────
-
-    def destroy(self) -> None:
-        """Kill the sandbox (blocking); idempotent, and retryable after a failure.
-
-        Waits for an acquisition in flight first, so a sandbox being created is not missed.
-        A sandbox that is already gone (404) counts as destroyed. On failure the error is
-        raised and the id kept, so that ``destroy()`` can be called again.
-        """
-        self._teardown(kill=True)
-
-    async def adestroy(self) -> None:
-        """Async :meth:`destroy`; a cancellation waits for a kill already sent."""
-        await run_blocking(self._teardown, kill=True)
-
-    def close(self) -> None:
-        """Stop using the session without killing the sandbox (no request is made).
-
-        The sandbox keeps running until its lifetime ends; :attr:`sandbox_id` stays readable so
-        that another session can attach to it. Use :meth:`destroy` to kill it.
-        """
-        self._teardown(kill=False)
-
-    async def aclose(self) -> None:
-        """Async :meth:`close`."""
-        await run_blocking(self._teardown, kill=False)
-
-    def _teardown(self, *, kill: bool) -> None:
-        with self._destroy_lock:
-            with self._lock:
-                if self._destroyed:
-                    return
-                # From here on no new acquisition can start.
-                self._closed = True
-                self._keeper_wake.notify_all()
-                in_flight = self._acquiring
-            if in_flight is not None:
-                concurrent.futures.wait([in_flight])
-            with self._lock:
-                sandbox, sandbox_id = self._sandbox, self._sandbox_id
-                known_gone = self._gone and not self._gone_listed
-            try:
-                if kill and sandbox_id is not None and not known_gone:
-                    handle = (
-                        sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
-                    )
-                    # kill() answers False for a sandbox already gone: that counts as done.
-                    self._call_with_retries(handle.kill, idempotent=True)
-                    _log.debug("destroyed sandbox %s", sandbox_id)
-                if (kill or known_gone) and sandbox_id is not None:
-                    forget_cleanup(sandbox_id)  # no request will ever carry its job folders
-            finally:
-                # The session is closed either way, so its pooled connection goes now (after
-                # the kill, so that a stream in flight ends with its sandbox, not before).
-                with self._lock:
-                    transport, self._transport = self._transport, None
-                if transport is not None:
-                    transport.close()
-            if sandbox is not None:
-                sandbox.close()  # releases the SDK's connection pool, if it made one
-            with self._lock:
-                self._destroyed = kill
-                self._sandbox = None
-
-    def _exit_should_kill(self) -> bool:
-        if self._destroy_on_exit is not None:
-            return self._destroy_on_exit
-        with self._lock:
-            in_flight = self._acquiring
-        if in_flight is not None:
-            concurrent.futures.wait([in_flight])  # a create in flight decides what we own
-        with self._lock:
-            return self._created
-
-    def _exit(self, exc: BaseException | None) -> None:
-        try:
-            self._teardown(kill=self._exit_should_kill())
-        except Exception as error:
-            if exc is None:
-                raise
-            _log.warning("could not destroy sandbox %s on exit: %s", self._sandbox_id, error)
-            exc.add_note(f"lizard_core: destroying sandbox {self._sandbox_id} failed: {error}")
 
     def __enter__(self) -> Session:
         return self

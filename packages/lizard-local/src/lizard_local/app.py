@@ -19,7 +19,6 @@ import contextlib
 import hmac
 import logging
 import re
-import secrets
 import signal
 import time
 from collections.abc import Awaitable, Callable
@@ -41,6 +40,7 @@ from lizard_local.http import (
 )
 from lizard_local.instrumentation import Fault, Instrumentation, StreamDrop
 from lizard_local.isolation import Isolation
+from lizard_local.lifecycle_routes import LifecycleRoutes
 from lizard_local.sandboxes import MAX_TIMEOUT_MS, SIZES, Registry, Sandbox
 from lizard_local.settings import Settings
 
@@ -130,6 +130,7 @@ class LizardApp:
         self.on_shutdown = on_shutdown
         self.routes: list[Route] = []
         self.control: list[Route] = []
+        self.lifecycle = LifecycleRoutes(registry)
         self._add_api_routes()
         self._add_control_routes()
 
@@ -169,14 +170,10 @@ class LizardApp:
         for method in ("GET", "POST", "DELETE"):
             add(r, method, sb + "/desktop", self.desktop)
         add(r, "GET", sb + "/logs", self.not_implemented)
-        add(r, "POST", sb + "/fork", self.not_implemented)
-        add(r, "POST", sb + "/snapshot", self.not_implemented)
+        self.lifecycle.add_routes(lambda method, path, handler: add(r, method, path, handler))
         for method in ("GET", "POST", "PATCH", "DELETE"):
             add(r, method, sb + "/schedules{rest:path}", self.not_implemented)
             add(r, method, "/api/sandbox-schedules{rest:path}", self.not_implemented)
-            add(r, method, "/api/sandbox-snapshots{rest:path}", self.not_implemented)
-            add(r, method, "/api/projects/{pid}/volumes{rest:path}", self.not_implemented)
-        add(r, "GET", "/api/projects/{pid}/snapshots", self.not_implemented)
 
     def _add_control_routes(self) -> None:
         c = self.control
@@ -382,16 +379,14 @@ class LizardApp:
             raise ApiError(
                 400, f'Unknown environment "{body["environment"]}"', "UNKNOWN_ENVIRONMENT"
             )
-        for unsupported in ("snapshotId", "volumeId", "volumeName"):
-            if body.get(unsupported):
-                raise ApiError(
-                    501, f"{unsupported} is not supported by lizard-local", "NOT_IMPLEMENTED"
-                )
+        from_snapshot, snapshot_size, files, volume = self.lifecycle.create_sources(body, project)
         sb = await self.registry.create(
-            template=self.isolation.templates[name],
+            template=from_snapshot or self.isolation.templates[name],
             project_id=project,
             region=region,
-            size=size,
+            size=snapshot_size or size,
+            files_from=files,
+            volume=volume,
             metadata=metadata,
             envs=envs,
             internet_access=internet,
@@ -448,16 +443,17 @@ class LizardApp:
         return int(raw)
 
     async def expose(self, req: Request) -> Response:
-        """``POST /api/sandboxes/{id}/expose/{port}``: a loopback URL.
+        """``POST /api/sandboxes/{id}/expose/{port}``: a loopback listener that checks the token.
 
-        The sandbox shares the host's network unless it has none.
+        The sandbox shares the host's network unless it has none (see
+        :mod:`lizard_local.port_proxy`).
         """
         sb = self.registry.get(req.params["id"])
         port = self._port(req)
         if not sb.internet_access:
             raise ApiError(409, "Sandbox has no internet access; ports cannot be exposed")
-        token = sb.exposed.setdefault(port, secrets.token_urlsafe(16))
-        host = f"127.0.0.1:{port}"
+        listener, token = await self.registry.expose(sb, port)
+        host = f"127.0.0.1:{listener}"
         return json_response(
             {
                 "hostname": host,
@@ -470,13 +466,13 @@ class LizardApp:
     async def unexpose(self, req: Request) -> Response:
         """``DELETE /api/sandboxes/{id}/expose/{port}``."""
         sb = self.registry.get(req.params["id"])
-        sb.exposed.pop(self._port(req), None)
+        await self.registry.unexpose(sb, self._port(req))
         return json_response({"ok": True})
 
     async def not_implemented(self, req: Request) -> Response:
         """A 501, like the platform's, for what the emulator does not do.
 
-        File watches, logs, fork, snapshots, schedules and volumes.
+        File watches, logs and schedules.
         """
         raise ApiError(501, "Not supported by the local emulator", "NOT_IMPLEMENTED")
 

@@ -347,14 +347,16 @@ def make_skeleton(new_root: str) -> None:
     old = os.umask(0)
     try:
         for path, mode in SKELETON:
-            os.mkdir(new_root + path, mode)
+            if not os.path.isdir(new_root + path):  # a reboot (resume, restore) keeps them
+                os.mkdir(new_root + path, mode)
     finally:
         os.umask(old)
     mount("tmpfs", new_root + "/run", "tmpfs", MS_NOSUID | MS_NODEV, "mode=755,size=20%")
     os.mkdir(new_root + "/run/lock", 0o1777)
     os.chmod(new_root + "/run/lock", 0o1777)
     for link, target in (("/var/run", "../run"), ("/var/lock", "../run/lock")):
-        os.symlink(target, new_root + link)
+        if not os.path.lexists(new_root + link):
+            os.symlink(target, new_root + link)
 
 
 def copy_tree(src: str, dst: str) -> None:
@@ -410,9 +412,11 @@ def setup_namespace(cfg: dict[str, Any]) -> None:
         src = "/" + name
         dst = new_root + src
         if os.path.islink(src):
-            os.symlink(os.readlink(src), dst)
+            if not os.path.lexists(dst):  # a reboot finds the links of the first boot
+                os.symlink(os.readlink(src), dst)
         elif os.path.isdir(src):
-            os.mkdir(dst, 0o755)
+            if not os.path.isdir(dst):
+                os.mkdir(dst, 0o755)
             bind(src, dst, readonly=True)  # a failure fails the sandbox
     make_skeleton(new_root)
     setup_etc(cfg["etc"], new_root + "/etc", cfg["scratch"])
@@ -428,6 +432,9 @@ def setup_namespace(cfg: dict[str, Any]) -> None:
         if not make_mountpoint(src, dst):
             raise OSError(f"cannot make a mount point at {inner}")
         bind(src, dst, readonly=True)
+    if cfg.get("volume"):
+        # A volume: a host directory of its own at /workspace, writable, outliving the sandbox.
+        bind(cfg["volume"], new_root + "/workspace")
     setup_dev(new_root + "/dev")
     # Host paths the sandbox must not see (the other sandboxes' directories), should they lie
     # inside a bound directory.

@@ -7,8 +7,17 @@ Contract:
   137, and :meth:`Registry.kill` returns only after every process of the sandbox has exited.
 - ``timeoutMs`` at create (0 = no deadline) and ``POST .../timeout`` (from now) set the deadline.
   Expiry is a timer per sandbox (no polling). Commands do not extend it; a pause freezes it.
-- Paused sandboxes have every process stopped (SIGSTOP) and refuse commands and file operations
-  with 409 until resumed.
+- Pause keeps files only, as lizard-sdk 1.0.23 describes the platform's: every process ends
+  (in-flight commands with exit code 137), the sandbox's files stay on disk, commands and file
+  operations answer 409 ``SANDBOX_PAUSED``, and the lifetime is frozen. Resume boots the
+  sandbox fresh (a new agent, a new PID namespace) on the same files; its lifetime runs on from
+  where it stopped. ``/etc``'s changes are the one thing a reboot loses here (see
+  :mod:`lizard_local.file_copies`).
+- Fork and snapshot copy the files (:mod:`lizard_local.file_copies`); a sandbox started from a
+  copy boots fresh: processes cannot be cloned into a namespace sandbox. A volume
+  (:mod:`lizard_local.volumes`) is bound at ``/workspace``; a sandbox with one cannot be forked.
+- Exposed ports are loopback listeners that check the token (:mod:`lizard_local.port_proxy`);
+  they go with the sandbox.
 """
 
 from __future__ import annotations
@@ -25,9 +34,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from lizard_local.agent_link import AgentError, AgentLink
+from lizard_local.file_copies import copy_files
 from lizard_local.host_cleanup import remove_tree
 from lizard_local.http import ApiError
 from lizard_local.isolation import PRIVATE_DIRS, USERS, Isolation, Template, UserAccount
+from lizard_local.port_proxy import PortProxy
+from lizard_local.snapshots import Snapshot, SnapshotStore
+from lizard_local.volumes import Volume, VolumeStore
 
 __all__ = ["SIZES", "Registry", "Sandbox"]
 
@@ -86,6 +99,10 @@ class Sandbox:
     link: AgentLink
     namespace: bool
     instance: str
+    base: Path
+    #: The agent's configuration, for each boot (create, resume).
+    boot_config: dict[str, Any]
+    volume: Volume | None = None
     timeout_ms: int = 0
     end_at: datetime | None = None
     status: str = "running"
@@ -94,6 +111,7 @@ class Sandbox:
     commands: set[RunningCommand] = field(default_factory=set)
     processes: dict[int, ProcessEntry] = field(default_factory=dict)
     exposed: dict[int, str] = field(default_factory=dict)
+    proxies: dict[int, tuple[PortProxy, int]] = field(default_factory=dict)
 
     def record(self) -> dict[str, Any]:
         """The JSON sandbox record (``GET /api/sandboxes/{id}``)."""
@@ -120,6 +138,7 @@ class Sandbox:
             "runtime": "local",
             "isolation": "namespace" if self.namespace else "host",
             "pauseError": None,
+            "volumeId": self.volume.id if self.volume is not None else None,
         }
 
     def user(self, name: str | None) -> UserAccount:
@@ -161,8 +180,8 @@ class Sandbox:
 
     def require_running(self) -> None:
         """409 unless the sandbox is running."""
-        if self.status == "paused":
-            raise ApiError(409, "Sandbox is paused", "SANDBOX_PAUSED")
+        if self.status in ("paused", "resuming"):
+            raise ApiError(409, f"Sandbox is {self.status}", "SANDBOX_PAUSED")
 
 
 class Registry:
@@ -176,6 +195,8 @@ class Registry:
         self._starting = 0
         self._cleanup: set[asyncio.Task[None]] = set()
         self.on_expired: Callable[[str], None] | None = None
+        self.volumes = VolumeStore(isolation.state_dir / "volumes")
+        self.snapshots = SnapshotStore(isolation.state_dir / "snapshots")
 
     def ids(self) -> list[str]:
         """Ids of live sandboxes."""
@@ -205,12 +226,58 @@ class Registry:
         envs: dict[str, str],
         internet_access: bool,
         timeout_ms: int,
+        files_from: Path | None = None,
+        volume: Volume | None = None,
     ) -> Sandbox:
-        """Start a sandbox (its agent and private directories)."""
+        """Start a sandbox (its agent and private directories).
+
+        ``files_from`` is a state directory (a sandbox's, a snapshot's) whose files it starts
+        with; ``volume`` is mounted at ``/workspace`` (409 while another sandbox has it).
+        """
         sandbox_id = "sbx_" + secrets.token_hex(6)
+        if volume is not None:
+            if not self.isolation.namespace:
+                raise ApiError(501, "Volumes need lizard-local's namespace mode", "NOT_IMPLEMENTED")
+            self.volumes.attach(volume, sandbox_id)
+        try:
+            return await self._create(
+                sandbox_id,
+                template=template,
+                project_id=project_id,
+                region=region,
+                size=size,
+                metadata=metadata,
+                envs=envs,
+                internet_access=internet_access,
+                timeout_ms=timeout_ms,
+                files_from=files_from,
+                volume=volume,
+            )
+        except BaseException:
+            self.volumes.detach(sandbox_id)
+            raise
+
+    async def _create(
+        self,
+        sandbox_id: str,
+        *,
+        template: Template,
+        project_id: str,
+        region: str,
+        size: str,
+        metadata: dict[str, str],
+        envs: dict[str, str],
+        internet_access: bool,
+        timeout_ms: int,
+        files_from: Path | None,
+        volume: Volume | None,
+    ) -> Sandbox:
         base = self.isolation.state_dir / "sandboxes" / sandbox_id
         dirs = self._make_dirs(base)
+        if files_from is not None:
+            await asyncio.to_thread(copy_files, files_from, base, self.isolation.namespace)
         root = self.isolation.root
+        state = self.isolation.state_dir
         cfg = {
             "sandbox_id": sandbox_id,
             "namespace": self.isolation.namespace,
@@ -219,25 +286,16 @@ class Registry:
             "system": list(root.system) if root else [],
             "binds": [list(b) for b in root.binds] if root else [],
             "etc": root.etc if root else None,
-            "hide": [str(self.isolation.state_dir / "sandboxes")],
+            "hide": [str(state / "sandboxes"), str(state / "volumes"), str(state / "snapshots")],
+            "volume": str(volume.path) if volume is not None else None,
             "hostname": sandbox_id.replace("_", "-"),
             "net": not internet_access,
         }
-        self._starting += 1
         try:
-            link = await AgentLink.start(
-                sandbox_id,
-                cfg,
-                namespace=self.isolation.namespace,
-                isolate_network=not internet_access,
-                log_path=str(base / "agent.log"),
-                instance=self.instance,
-            )
-        except AgentError as exc:
+            link = await self._boot(sandbox_id, cfg, base, internet_access)
+        except ApiError:
             await asyncio.to_thread(remove_tree, base)
-            raise ApiError(500, str(exc), "SANDBOX_START_FAILED") from exc
-        finally:
-            self._starting -= 1
+            raise
         now = datetime.now(UTC)
         sb = Sandbox(
             id=sandbox_id,
@@ -253,11 +311,37 @@ class Registry:
             link=link,
             namespace=self.isolation.namespace,
             instance=self.instance,
+            base=base,
+            boot_config=cfg,
+            volume=volume,
         )
         self._sandboxes[sandbox_id] = sb
         self.set_timeout(sb, timeout_ms)
-        link.closed.add_done_callback(lambda _f: self._agent_died(sandbox_id, link))
+        self._watch(sb)
         return sb
+
+    async def _boot(
+        self, sandbox_id: str, cfg: dict[str, Any], base: Path, internet_access: bool
+    ) -> AgentLink:
+        """Start the sandbox's agent on its files (a create or a resume)."""
+        self._starting += 1
+        try:
+            return await AgentLink.start(
+                sandbox_id,
+                cfg,
+                namespace=self.isolation.namespace,
+                isolate_network=not internet_access,
+                log_path=str(base / "agent.log"),
+                instance=self.instance,
+            )
+        except AgentError as exc:
+            raise ApiError(500, str(exc), "SANDBOX_START_FAILED") from exc
+        finally:
+            self._starting -= 1
+
+    def _watch(self, sb: Sandbox) -> None:
+        link = sb.link
+        link.closed.add_done_callback(lambda _f: self._agent_died(sb.id, link))
 
     def _make_dirs(self, base: Path) -> dict[str, str]:
         """Host directories behind the private paths, created with sensible owners and modes.
@@ -333,30 +417,110 @@ class Registry:
         return killed
 
     async def pause(self, sb: Sandbox) -> None:
-        """Stop every process and freeze the lifetime."""
+        """End every process, keep the files, freeze the lifetime."""
         if sb.status == "paused":
             return
+        if sb.status != "running":
+            raise ApiError(409, f"Sandbox is {sb.status}", "SANDBOX_BUSY")
         if sb.timer is not None:
             sb.timer.cancel()
             sb.timer = None
         if sb.end_at is not None:
             remaining = (sb.end_at - datetime.now(UTC)).total_seconds()
             sb.paused_remaining_s = max(remaining, 0.0)
-        await sb.link.pause()
-        sb.status = "paused"
+        sb.status = "paused"  # before the agent goes, so that its end is not taken for a death
+        self._end_commands(sb)
+        await sb.link.stop()
 
     async def resume(self, sb: Sandbox) -> None:
-        """Continue every process; the lifetime runs again from where it stopped."""
+        """Boot fresh on the kept files; the lifetime runs again from where it stopped."""
         if sb.status != "paused":
             return
-        await sb.link.resume()
+        sb.status = "resuming"
+        try:
+            sb.link = await self._boot(sb.id, sb.boot_config, sb.base, sb.internet_access)
+        except BaseException:
+            sb.status = "paused"
+            raise
+        if self._sandboxes.get(sb.id) is not sb:  # killed while it booted
+            await sb.link.stop()
+            return
         sb.status = "running"
+        self._watch(sb)
         if sb.paused_remaining_s is not None:
             remaining_ms = max(int(sb.paused_remaining_s * 1000), 1)
             sb.paused_remaining_s = None
             keep = sb.timeout_ms
             self.set_timeout(sb, remaining_ms)
             sb.timeout_ms = keep
+
+    # --- copies -------------------------------------------------------------------------------
+
+    async def fork(self, sb: Sandbox, timeout_ms: int) -> Sandbox:
+        """A new sandbox on a copy of ``sb``'s files, booted fresh (processes are not cloned)."""
+        sb.require_running()
+        if sb.volume is not None:
+            raise ApiError(409, "A sandbox with a volume attached cannot be forked", "FORK_VOLUME")
+        return await self.create(
+            template=sb.template,
+            project_id=sb.project_id,
+            region=sb.region,
+            size=sb.size,
+            metadata=dict(sb.metadata),
+            envs=dict(sb.envs),
+            internet_access=sb.internet_access,
+            timeout_ms=timeout_ms or sb.timeout_ms,
+            files_from=sb.base,
+        )
+
+    async def snapshot(self, sb: Sandbox, name: str, pool_size: int) -> Snapshot:
+        """Copy ``sb``'s files into a new snapshot; the sandbox keeps running."""
+        if sb.status not in ("running", "paused"):
+            raise ApiError(409, f"Sandbox is {sb.status}", "SANDBOX_BUSY")
+        snapshot_id, path = self.snapshots.new_path()
+        try:
+            await asyncio.to_thread(copy_files, sb.base, path, self.isolation.namespace)
+        except BaseException:
+            await asyncio.to_thread(remove_tree, path)
+            raise
+        cpus, memory_mb, _ = SIZES[sb.size]
+        snapshot = Snapshot(
+            id=snapshot_id,
+            name=name,
+            project_id=sb.project_id,
+            region=sb.region,
+            source_sandbox_id=sb.id,
+            template=sb.template,
+            size=sb.size,
+            pool_size=pool_size,
+            cpus=cpus,
+            memory_mb=memory_mb,
+            created_at=int(datetime.now(UTC).timestamp() * 1000),
+            source_volume=sb.volume is not None,
+            path=path,
+        )
+        self.snapshots.add(snapshot)
+        return snapshot
+
+    # --- exposed ports ------------------------------------------------------------------------
+
+    async def expose(self, sb: Sandbox, port: int) -> tuple[int, str]:
+        """(loopback listener port, token) for ``port``; the same pair while it stays exposed."""
+        if port in sb.proxies:
+            proxy, listener = sb.proxies[port]
+            return listener, proxy.token
+        proxy = PortProxy(port, secrets.token_urlsafe(16))
+        listener = await proxy.start()
+        sb.proxies[port] = (proxy, listener)
+        sb.exposed[port] = proxy.token
+        return listener, proxy.token
+
+    async def unexpose(self, sb: Sandbox, port: int) -> None:
+        """Stop publishing ``port``."""
+        sb.exposed.pop(port, None)
+        entry = sb.proxies.pop(port, None)
+        if entry is not None:
+            await entry[0].close()
 
     # --- kill ---------------------------------------------------------------------------------
 
@@ -367,15 +531,29 @@ class Registry:
             return False
         if sb.timer is not None:
             sb.timer.cancel()
-        for command in list(sb.commands):
-            command.sandbox_gone()
-        sb.commands.clear()
-        await sb.link.stop()
+        self._end_commands(sb)
+        for proxy, _ in sb.proxies.values():
+            await proxy.close()
+        sb.proxies.clear()
+        # A paused sandbox's agent is already stopped and reaped: stopping it again would
+        # signal its old pids, which by now may be other processes'.
+        stopped = sb.status in ("paused", "resuming")  # resume stops what it boots
+        sb.status = "deleted"
+        if not stopped:
+            await sb.link.stop()
+        self.volumes.detach(sandbox_id)
         base = self.isolation.state_dir / "sandboxes" / sandbox_id
         task = asyncio.get_running_loop().create_task(self._remove_dirs(base))
         self._cleanup.add(task)
         task.add_done_callback(self._cleanup.discard)
         return True
+
+    @staticmethod
+    def _end_commands(sb: Sandbox) -> None:
+        for command in list(sb.commands):
+            command.sandbox_gone()
+        sb.commands.clear()
+        sb.processes.clear()
 
     @staticmethod
     async def _remove_dirs(base: Path) -> None:
@@ -384,13 +562,14 @@ class Registry:
     def _agent_died(self, sandbox_id: str, link: AgentLink) -> None:
         """An agent that dies on its own takes its sandbox with it."""
         sb = self._sandboxes.get(sandbox_id)
-        if sb is not None and sb.link is link:
+        if sb is not None and sb.link is link and sb.status == "running":
             log.warning("sandbox %s lost its agent; removing it", sandbox_id)
             self._expire_soon(sandbox_id)
 
     async def shutdown(self) -> None:
         """Kill every sandbox and wait for the clean-up to finish."""
         await asyncio.gather(*(self.kill(i) for i in list(self._sandboxes)))
+        await self.snapshots.remove_all()
         while self._cleanup:
             with contextlib.suppress(Exception):
                 await asyncio.gather(*list(self._cleanup))

@@ -1,0 +1,133 @@
+"""Destroy and close (mixed into :class:`~lizard_core.session.Session`).
+
+Contract (the session's module docstring states it for users):
+
+- :meth:`Teardown.destroy` kills the sandbox; idempotent, and retryable after a failure (the id
+  is kept). A 404 counts as done. An acquisition in flight is waited for first.
+- :meth:`Teardown.close` makes no request and leaves the sandbox as it is, running or paused,
+  for another session to attach to.
+- Either way the session is closed: its pooled connection goes, and every later use raises
+  :class:`~lizard_core.errors.SandboxGoneError`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+from typing import Any
+
+from lizard import Sandbox
+
+from lizard_core._bridge import run_blocking
+from lizard_core._jobs import forget_cleanup
+from lizard_core._transport import Transport
+
+__all__ = ["Teardown"]
+
+_log = logging.getLogger("lizard_core.session")
+
+
+class Teardown:
+    """The teardown half of a session; the state it reads is the session's own."""
+
+    _lock: threading.Lock
+    _destroy_lock: threading.Lock
+    _keeper_wake: threading.Condition
+    _acquiring: concurrent.futures.Future[Any] | None
+    _sandbox: Any
+    _sandbox_id: str | None
+    _gone: bool
+    _gone_listed: bool
+    _closed: bool
+    _destroyed: bool
+    _created: bool
+    _destroy_on_exit: bool | None
+    _transport: Transport | None
+
+    def api_kwargs(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _call_with_retries(self, fn: Any, /, *args: Any, idempotent: bool, **kwargs: Any) -> Any:
+        raise NotImplementedError
+
+    def destroy(self) -> None:
+        """Kill the sandbox (blocking); idempotent, and retryable after a failure.
+
+        Waits for an acquisition in flight first, so a sandbox being created is not missed.
+        A sandbox that is already gone (404) counts as destroyed. On failure the error is
+        raised and the id kept, so that ``destroy()`` can be called again.
+        """
+        self._teardown(kill=True)
+
+    async def adestroy(self) -> None:
+        """Async :meth:`destroy`; a cancellation waits for a kill already sent."""
+        await run_blocking(self._teardown, kill=True)
+
+    def close(self) -> None:
+        """Stop using the session without killing the sandbox (no request is made).
+
+        The sandbox keeps running until its lifetime ends; :attr:`sandbox_id` stays readable so
+        that another session can attach to it. Use :meth:`destroy` to kill it.
+        """
+        self._teardown(kill=False)
+
+    async def aclose(self) -> None:
+        """Async :meth:`close`."""
+        await run_blocking(self._teardown, kill=False)
+
+    def _teardown(self, *, kill: bool) -> None:
+        with self._destroy_lock:
+            with self._lock:
+                if self._destroyed:
+                    return
+                # From here on no new acquisition can start.
+                self._closed = True
+                self._keeper_wake.notify_all()
+                in_flight = self._acquiring
+            if in_flight is not None:
+                concurrent.futures.wait([in_flight])
+            with self._lock:
+                sandbox, sandbox_id = self._sandbox, self._sandbox_id
+                known_gone = self._gone and not self._gone_listed
+            try:
+                if kill and sandbox_id is not None and not known_gone:
+                    handle = (
+                        sandbox if sandbox is not None else Sandbox(sandbox_id, **self.api_kwargs())
+                    )
+                    # kill() answers False for a sandbox already gone: that counts as done.
+                    self._call_with_retries(handle.kill, idempotent=True)
+                    _log.debug("destroyed sandbox %s", sandbox_id)
+                if (kill or known_gone) and sandbox_id is not None:
+                    forget_cleanup(sandbox_id)  # no request will ever carry its job folders
+            finally:
+                # The session is closed either way, so its pooled connection goes now (after
+                # the kill, so that a stream in flight ends with its sandbox, not before).
+                with self._lock:
+                    transport, self._transport = self._transport, None
+                if transport is not None:
+                    transport.close()
+            if sandbox is not None:
+                sandbox.close()  # releases the SDK's connection pool, if it made one
+            with self._lock:
+                self._destroyed = kill
+                self._sandbox = None
+
+    def _exit_should_kill(self) -> bool:
+        if self._destroy_on_exit is not None:
+            return self._destroy_on_exit
+        with self._lock:
+            in_flight = self._acquiring
+        if in_flight is not None:
+            concurrent.futures.wait([in_flight])  # a create in flight decides what we own
+        with self._lock:
+            return self._created
+
+    def _exit(self, exc: BaseException | None) -> None:
+        try:
+            self._teardown(kill=self._exit_should_kill())
+        except Exception as error:
+            if exc is None:
+                raise
+            _log.warning("could not destroy sandbox %s on exit: %s", self._sandbox_id, error)
+            exc.add_note(f"lizard_core: destroying sandbox {self._sandbox_id} failed: {error}")

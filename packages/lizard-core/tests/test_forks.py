@@ -1,0 +1,90 @@
+"""Forks (``lizard_core.forks``) through the real lizard-sdk into lizard-local."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+from lizard_core.commands import run_command
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import SandboxStateError
+from lizard_core.forks import FORKED_NOTICE, afork_sessions, fork_sessions
+from lizard_core.kernel import Kernel
+from lizard_core.session import Session
+from lizard_local import LocalServer
+
+FORK = "POST /api/sandboxes/{id}/fork"
+
+
+def test_forks_are_sessions_of_their_own_with_the_files_and_a_restart_notice(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    with Session(sandbox_config) as source:
+        kernel = Kernel(source)
+        assert kernel.execute("warm = 'yes'", timeout=30).error is None  # a warm executor
+        run_command(source, "echo at-fork > /tmp/state", shell=True)
+        copies = fork_sessions(source, 2)
+        try:
+            assert len({c.sandbox_id for c in copies} | {source.sandbox_id}) == 3
+            for copy in copies:
+                assert copy.created
+                assert copy.lineage_id == source.sandbox_id
+                assert run_command(copy, "cat /tmp/state", shell=True).stdout == b"at-fork\n"
+                # lizard-local cannot clone processes: the copy's kernel says its state is lost.
+                first = Kernel(copy).execute("'warm' in globals()", timeout=30)
+                assert first.state_lost
+                assert first.notice == FORKED_NOTICE
+                assert first.results[0].text == "False"
+            run_command(copies[0], "echo diverged > /tmp/state", shell=True)
+            assert run_command(source, "cat /tmp/state", shell=True).stdout == b"at-fork\n"
+            assert kernel.execute("warm", timeout=30).results[0].text == "'yes'"
+        finally:
+            for copy in copies:
+                copy.destroy()
+        assert not {c.sandbox_id for c in copies} & set(lizard_local.sandboxes())
+
+
+def test_a_fork_of_a_volume_backed_session_is_refused_clearly_before_any_request(
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    volume = "fork-" + uuid.uuid4().hex[:8]
+    with Session(sandbox_config, volume=volume) as session:
+        session.sandbox()
+        lizard_counters.reset_counters()
+        with pytest.raises(SandboxStateError, match="volume") as caught:
+            fork_sessions(session)
+        assert caught.value.code == "FORK_VOLUME"
+        assert lizard_counters.counters()["routes"].get(FORK, 0) == 0
+
+
+def test_the_platforms_own_refusal_is_the_same_clear_error(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    # A sandbox this session attached to, whose volume it did not choose: the 409 says why.
+    volume = "fork-" + uuid.uuid4().hex[:8]
+    with Session(sandbox_config, volume=volume) as owner:
+        owner.sandbox()
+        attached = Session(sandbox_config, sandbox_id=owner.sandbox_id)
+        with pytest.raises(SandboxStateError, match="cannot be forked") as caught:
+            fork_sessions(attached)
+        assert caught.value.status_code == 409
+        attached.close()
+
+
+async def test_async_fork(sandbox_config: SandboxConfig, lizard_local: LocalServer) -> None:
+    async with Session(sandbox_config) as source:
+        [copy] = await afork_sessions(source)
+        async with copy:
+            assert copy.sandbox_id in lizard_local.sandboxes()
+        assert copy.sandbox_id not in lizard_local.sandboxes()
+
+
+@pytest.mark.parametrize(("count", "error"), [(0, ValueError), (101, ValueError), ("2", TypeError)])
+def test_bad_counts_raise_before_any_request(
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer, count: object, error: type
+) -> None:
+    lizard_counters.reset_counters()
+    with pytest.raises(error):
+        fork_sessions(Session(sandbox_config), count)  # type: ignore[arg-type]
+    assert lizard_counters.counters()["total"] == 0
