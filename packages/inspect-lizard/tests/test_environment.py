@@ -184,13 +184,14 @@ async def test_connection_is_a_line_shell_a_person_can_run(
     # What Inspect's human_cli agent asks for first, and prints for the person to run.
     connection = await module_env.connection()
     assert connection.type == "lizard"
-    assert module_env.sandbox_id is not None and module_env.sandbox_id in connection.command
+    assert module_env.sandbox_id is not None
+    assert module_env.sandbox_id in connection.command
     lines = "echo hello from $(pwd)\ncd /tmp\npwd\nfalse\nexit\n"
-    done = subprocess.run(
-        shlex.split(connection.command), input=lines, capture_output=True, text=True, timeout=120
+    done = await anyio.run_process(
+        shlex.split(connection.command), input=lines.encode(), check=False
     )
     assert done.returncode == 0, done.stderr
-    assert done.stdout == "hello from /workspace\n/tmp\n[exit code 1]\n"
+    assert done.stdout.decode() == "hello from /workspace\n/tmp\n[exit code 1]\n"
 
 
 async def test_connection_before_the_sandbox_exists_is_a_connection_error() -> None:
@@ -220,9 +221,7 @@ try:
 except TimeoutError as error:
     print(type(error).__name__, error.truncated_output)
 """
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
-    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.stdout.strip() == "SandboxTimeoutError partial", done.stderr
 
 

@@ -11,7 +11,6 @@ import logging
 from pathlib import Path
 
 import pytest
-
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample

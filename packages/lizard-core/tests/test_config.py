@@ -16,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from lizard_core import _redact
-from lizard_core.origin import machine_id, run_id
 from lizard_core.config import (
     DEFAULT_API_URL,
     DEFAULT_LIFETIME_MS,
@@ -33,6 +32,7 @@ from lizard_core.config import (
     SandboxConfig,
     SandboxOptions,
 )
+from lizard_core.origin import machine_id, run_id
 
 KEY = "liz_test_0123456789abcdef"
 ENV = {"LIZARD_API_KEY": KEY, "LIZARD_PROJECT_ID": "proj_123"}
@@ -289,7 +289,8 @@ def test_run_and_machine_ids_are_plain_stable_and_reveal_nothing() -> None:
     assert run_id() == build().run_id == build().run_id
     assert re.fullmatch(r"[0-9a-f]{16}", machine_id())
     assert socket.gethostname() not in machine_id()
-    for bad, error in (("", ValueError), ("a b", ValueError), ("x" * 65, ValueError), (1, TypeError)):
+    bad_ids = (("", ValueError), ("a b", ValueError), ("x" * 65, ValueError), (1, TypeError))
+    for bad, error in bad_ids:
         with pytest.raises(error):
             build().replace(run_id=bad)
         with pytest.raises(error):

@@ -109,7 +109,8 @@ def test_find_scopes_by_integration_run_machine_and_age(lizard_local: LocalServe
             here.machine_id,
         )
         age = run.age_s()
-        assert age is not None and 0 <= age < 60
+        assert age is not None
+        assert 0 <= age < 60
         assert find_sandboxes(here, integration="inventory-scope", older_than_s=3600) == []
         every = find_sandboxes(here, integration="inventory-scope", older_than_s=0)
         assert len(every) == 3
@@ -123,7 +124,7 @@ def test_scope_filters_are_checked_before_any_request(
 ) -> None:
     with pytest.raises(TypeError):
         find_sandboxes(_config(), run_id=1)  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="older_than_s"):
         find_sandboxes(_config(), older_than_s=-1)
     with pytest.raises(TypeError):
         find_sandboxes(_config(), older_than_s=True)

@@ -20,13 +20,15 @@ def test_long_output_keeps_head_and_tail_at_line_breaks_and_names_the_cut() -> N
     text = "\n".join(lines) + "\nTraceback: the error at the end\n"
     clipped = head_and_tail(text, 1_000)
     head, _, tail = clipped.partition("\n[... ")
-    assert head.startswith("line 0\nline 1\n") and head.endswith("\n")
+    assert head.startswith("line 0\nline 1\n")
+    assert head.endswith("\n")
     assert tail.endswith("Traceback: the error at the end\n")
     assert tail.split("...]\n", 1)[1].startswith("line ")  # cut at a line break
     cut = int(tail.split(" characters")[0].replace(",", ""))
     kept_head, kept_tail = head, tail.split("...]\n", 1)[1]
     assert len(kept_head) + cut + len(kept_tail) == len(text)
-    assert text.startswith(kept_head) and text.endswith(kept_tail)
+    assert text.startswith(kept_head)
+    assert text.endswith(kept_tail)
     assert "lines) cut from the middle of the output" in clipped
     assert len(clipped) < 1_000 + 100
 
@@ -40,7 +42,8 @@ def test_every_character_is_kept_or_counted(text: str, limit: int) -> None:
     head, _, rest = clipped.rpartition("\n[... ")
     count, _, tail = rest.partition(" characters (")
     tail = tail.split("...]\n", 1)[1]
-    assert text.startswith(head) and text.endswith(tail)
+    assert text.startswith(head)
+    assert text.endswith(tail)
     assert len(head) + int(count.replace(",", "")) + len(tail) == len(text)
 
 

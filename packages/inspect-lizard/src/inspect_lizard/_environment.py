@@ -333,9 +333,7 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         a task's name, only that task's are.
         """
         registry = _started()
-        left = [
-            e for e in registry.environments if task_name == "shutdown" or e._task == task_name
-        ]
+        left = [e for e in registry.environments if task_name == "shutdown" or e._task == task_name]
         if not cleanup:
             for environment in left:
                 if environment.sandbox_id is not None:
@@ -373,9 +371,7 @@ class LizardSandboxEnvironment(SandboxEnvironment):
                 ids = [id]
             destroyed = await adestroy_sandboxes(settings, ids)
         scope = "" if id is not None else " (this machine's; `all` for the whole project)"
-        print(
-            f"Destroyed {len(destroyed)} Lizard sandbox(es){scope}: {' '.join(destroyed) or '-'}"
-        )
+        print(f"Destroyed {len(destroyed)} Lizard sandbox(es){scope}: {' '.join(destroyed) or '-'}")
 
 
 async def _close_all(environments: Iterable[LizardSandboxEnvironment]) -> None:

@@ -38,6 +38,7 @@ except ImportError:  # pragma: no cover - a future Inspect that moved it
             super().__init__(message)
             self.truncated_output = truncated_output
 
+
 __all__ = ["LizardSandboxError", "decode_output", "inspect_errors"]
 
 

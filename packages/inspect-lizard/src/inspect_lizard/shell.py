@@ -43,8 +43,12 @@ def _run(session: Session, line: str, cwd: str, user: str | None, out: TextIO) -
     if words[:1] == ["cd"] and len(words) <= 2:
         target = words[1] if len(words) == 2 else "~"
         done = run_command(
-            session, f"cd {shlex.quote(target) if target != '~' else ''} && pwd", shell=True,
-            cwd=cwd, user=user, timeout=_CD_TIMEOUT_S,
+            session,
+            f"cd {shlex.quote(target) if target != '~' else ''} && pwd",
+            shell=True,
+            cwd=cwd,
+            user=user,
+            timeout=_CD_TIMEOUT_S,
         )
         if done.exit_code == 0:
             return done.stdout.decode("utf-8", "replace").strip() or cwd

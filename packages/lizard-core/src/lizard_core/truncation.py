@@ -47,16 +47,17 @@ def head_and_tail(text: str, limit: int = MODEL_OUTPUT_LIMIT) -> str:
     middle = text[head_end:tail_start]
     lines = middle.count("\n")
     marker = (
-        f"[... {len(middle):,} characters ({lines:,} lines) cut from the middle of the output "
-        f"...]"
+        f"[... {len(middle):,} characters ({lines:,} lines) cut from the middle of the output ...]"
     )
     # The marker has a line of its own: one line break added before it and one after it.
     return f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
 
 
 def stopped_note(limit_bytes: int) -> str:
-    """The line that says a command passed ``limit_bytes`` of output on one stream and was
-    stopped there, so the end of its output and its exit code are lost."""
+    """The note for a command stopped at ``limit_bytes`` of output on one stream.
+
+    It says that the end of the output and the exit code are lost.
+    """
     return (
         f"[The command wrote more than {limit_bytes:,} bytes to one stream and was stopped; "
         "what follows that point, and its exit code, are lost.]"
