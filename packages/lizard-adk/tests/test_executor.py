@@ -22,7 +22,7 @@ from google.adk.sessions import InMemorySessionService, Session
 from google.genai import types
 
 from lizard_adk import LizardCodeExecutor
-from lizard_core.errors import SandboxGoneError
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
@@ -350,3 +350,56 @@ def test_kernel_bounds_are_checked_before_any_request(lizard_counters: LocalServ
         with pytest.raises(error):
             LizardCodeExecutor(**kwargs)
     assert lizard_counters.counters()["total"] == 0
+
+
+async def test_optimize_data_file_loads_a_csv_the_user_sent(lizard_local: LocalServer) -> None:
+    # ADK's flow turns the user's CSV into an input file and runs its own loader block
+    # (pandas, explore_df) before the model's first turn; the model's block then uses it.
+    executor = LizardCodeExecutor(stateful=True, optimize_data_file=True, lifetime_ms=300_000)
+    model = ScriptedModel([_block("print(data_1_2['b'].sum())"), text("The sum is 6.")])
+    agent = LlmAgent(name="analyst", model=model, code_executor=executor)
+    runner = InMemoryRunner(agent=agent, app_name="lizard_adk_tests")
+    csv = types.Part(inline_data=types.Blob(mime_type="text/csv", data=b"a,b\n1,2\n3,4\n"))
+    try:
+        session = await runner.session_service.create_session(
+            app_name=runner.app_name, user_id="tester"
+        )
+        message = types.Content(role="user", parts=[types.Part(text="Sum column b."), csv])
+        events = [
+            event
+            async for event in runner.run_async(
+                user_id="tester", session_id=session.id, new_message=message
+            )
+        ]
+    finally:
+        await runner.close()
+        executor.close()
+    explored, summed = (r.output or "" for r in code_results(events))
+    assert "Total rows: 2" in explored, explored
+    assert summed == "Code execution result:\n6\n\n"
+
+
+async def test_custom_code_block_delimiters_are_run(lizard_local: LocalServer) -> None:
+    executor = LizardCodeExecutor(
+        code_block_delimiters=[("<run>\n", "\n</run>")], lifetime_ms=300_000
+    )
+    model = ScriptedModel([text("Here:\n<run>\nprint(6 * 7)\n</run>"), text("42.")])
+    agent = LlmAgent(name="coder", model=model, code_executor=executor)
+    try:
+        events = await run_agent(agent, "Multiply.")
+    finally:
+        executor.close()
+    [result] = code_results(events)
+    assert result.output == "Code execution result:\n42\n\n"
+
+
+def test_allowed_hosts_reach_the_create_request(lizard_local: LocalServer) -> None:
+    # lizard-local has no network policy and refuses the field with a 400 naming it: proof
+    # that the executor sent it (with internet_access off, the SDK's rule).
+    executor = LizardCodeExecutor(allowed_hosts=["pypi.org"], lifetime_ms=300_000)
+    try:
+        with pytest.raises(LizardIntegrationError, match="allowedHosts"):
+            run(executor, "1")
+        assert executor.sandbox_id is None
+    finally:
+        executor.close()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from lizard_core.checks import package_version
@@ -32,6 +32,14 @@ class SandboxOptions(BasicSandboxOptions, total=False):
     """Attach to this running sandbox instead of creating one; it is left running at close."""
     keep_alive: bool
     """Extend the lifetime while in use (default True; one request per half lifetime at most)."""
+    region: str | None
+    """Region to run in, or None for the platform's default."""
+    metadata: Mapping[str, str] | None
+    """Labels of your own on the sandbox; the integration tags are added."""
+    internet_access: bool
+    """False: the sandbox has no internet access."""
+    allowed_hosts: Sequence[str] | None
+    """With no internet, the hosts that stay reachable (at most 50)."""
 
 
 def check_dir(name: str, value: object) -> str:
