@@ -55,3 +55,4 @@ def test_bad_arguments(text: object, limit: int, error: type[Exception]) -> None
 
 def test_stopped_note_names_the_limit() -> None:
     assert "10,485,760 bytes" in stopped_note(10 * 1024 * 1024)
+    assert "its output limit" in stopped_note(None)

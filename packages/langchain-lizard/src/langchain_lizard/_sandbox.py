@@ -53,8 +53,8 @@ from lizard_core.errors import CommandTimeoutError, OutputLimitError
 from lizard_core.files import SandboxFiles
 from lizard_core.sdk_sandbox import session_for_sdk_sandbox
 from lizard_core.session import Session
-from lizard_core.truncation import head_and_tail, stopped_note
 from lizard_core.transfers import aread_each, awrite_each, read_each, write_each
+from lizard_core.truncation import head_and_tail, stopped_note
 
 from ._errors import file_error, sandbox_errors
 

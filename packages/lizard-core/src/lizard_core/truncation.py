@@ -53,12 +53,14 @@ def head_and_tail(text: str, limit: int = MODEL_OUTPUT_LIMIT) -> str:
     return f"{text[:head_end]}\n{marker}\n{text[tail_start:]}"
 
 
-def stopped_note(limit_bytes: int) -> str:
+def stopped_note(limit_bytes: int | None) -> str:
     """The note for a command stopped at ``limit_bytes`` of output on one stream.
 
-    It says that the end of the output and the exit code are lost.
+    It says that the end of the output and the exit code are lost. ``limit_bytes`` None: the
+    limit is not known (the note says "its output limit").
     """
+    limit = "its output limit" if limit_bytes is None else f"{limit_bytes:,} bytes"
     return (
-        f"[The command wrote more than {limit_bytes:,} bytes to one stream and was stopped; "
+        f"[The command wrote more than {limit} to one stream and was stopped; "
         "what follows that point, and its exit code, are lost.]"
     )
