@@ -91,14 +91,14 @@ async def test_the_model_gets_bounded_files_and_head_and_tail_of_output(
     # Through the Runner: a 64 MiB file is refused in the tool's answer (not read, not put in
     # the model's context); long output keeps its end and exit code; a command past
     # output_limit is stopped and says so; the invocation goes on.
-    plugin = LizardPlugin(max_output_chars=2_000, output_limit=256 * 1024)
+    plugin = LizardPlugin()  # the defaults: 1 MiB reads, 100,000 characters, 10 MiB a stream
     model = ScriptedModel(
         [
             call("lizard_execute_command", command="head -c 67108864 /dev/zero > /tmp/huge"),
             call("lizard_read_file", path="/tmp/huge"),
             call("lizard_execute_command", command="seq 1 20000; exit 5"),
-            call("lizard_execute_command", command="yes | head -c 1000000"),
-            call("lizard_execute_code", code="print('x' * 50_000 + 'END')"),
+            call("lizard_execute_command", command="yes | head -c 20000000"),
+            call("lizard_execute_code", code="print('x' * 150_000 + 'END')"),
             text("Done."),
         ]
     )
@@ -115,12 +115,13 @@ async def test_the_model_gets_bounded_files_and_head_and_tail_of_output(
     assert long["stdout"].startswith("1\n2\n")
     assert long["stdout"].endswith("20000\n")
     assert "cut from the middle of the output" in long["stdout"]
-    assert len(long["stdout"]) < 2_200
+    assert len(long["stdout"]) < 100_200
     assert stopped["exit_code"] == -1
     assert stopped["stdout"].startswith("y\ny\n")
     assert "was stopped" in stopped["stderr"]
     assert code["stdout"].endswith("END\n")
-    assert len(code["stdout"]) < 2_200
+    assert len(code["stdout"]) < 100_200
+    assert len(stopped["stdout"]) < 100_200
     assert model.unused == 0
 
 
