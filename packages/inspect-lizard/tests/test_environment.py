@@ -24,6 +24,7 @@ from inspect_ai.util import (
     SandboxEnvironment,
 )
 from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
+from inspect_ai.util._sandbox.lifecycle import sandbox_lifecycle_scope
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 from pydantic import ValidationError
@@ -281,10 +282,18 @@ async def test_sample_cleanup_destroys_even_when_its_task_is_cancelled(
 async def test_task_cleanup_shutdown_destroys_every_sandbox_the_run_left(
     lizard_local: LocalServer,
 ) -> None:
-    # Inspect ends a run with task_cleanup("shutdown", config, cleanup), not the task's name.
-    left = [await init("leaky-task"), await init("other-task")]
-    await LizardSandboxEnvironment.task_cleanup("shutdown", CONFIG, True)
-    assert not {e.sandbox_id for e in left} & set(lizard_local.sandboxes())
+    # Inspect ends a run with task_cleanup("shutdown", config, cleanup), not the task's name,
+    # inside the lifecycle scope it opened for the run; what was made outside it is spared.
+    outside = await init("not-this-run")
+    try:
+        with sandbox_lifecycle_scope():
+            left = [await init("leaky-task"), await init("other-task")]
+            await LizardSandboxEnvironment.task_cleanup("shutdown", CONFIG, True)
+        alive = set(lizard_local.sandboxes())
+        assert not {e.sandbox_id for e in left} & alive
+        assert outside.sandbox_id in alive
+    finally:
+        await outside.close()
 
 
 async def test_cli_cleanup_destroys_only_sandboxes_inspect_created(
