@@ -7,7 +7,7 @@ the registration Inspect finds the provider by.
 
 from __future__ import annotations
 
-import errno
+import shlex
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -22,16 +22,14 @@ from inspect_ai.util import (
     ExecStdout,
     OutputLimitExceededError,
     SandboxEnvironment,
-    SandboxUserUnsupportedError,
 )
 from inspect_ai.util._sandbox.events import SandboxEnvironmentProxy
+from inspect_ai.util._sandbox.lifecycle import sandbox_lifecycle_scope
 from inspect_ai.util._sandbox.limits import override_max_exec_output_size
 from inspect_ai.util._sandbox.registry import registry_find_sandboxenv
 from pydantic import ValidationError
 
 from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
-from inspect_lizard._environment import exec_result
-from lizard_core.commands import CommandResult
 from lizard_core.config import SandboxConfig
 from lizard_core.inventory import find_sandboxes
 from lizard_core.session import Session
@@ -171,28 +169,61 @@ async def test_output_is_decoded_with_replacement_characters(
     assert result.stdout == "ok \ufffd"
 
 
-@pytest.mark.parametrize(
-    ("start_errno", "user", "error"),
-    [
-        (errno.EPERM, "someone", SandboxUserUnsupportedError),
-        (errno.EACCES, None, PermissionError),
-        (errno.EPERM, None, PermissionError),
-    ],
-)
-def test_a_command_that_could_not_start_raises_what_inspect_names(
-    start_errno: int, user: str | None, error: type[Exception]
+async def test_a_program_that_cannot_run_raises_what_inspect_names(
+    module_env: LizardSandboxEnvironment,
 ) -> None:
-    # lizard-local's agent is root, so the sandbox that cannot switch users is built here.
-    result = CommandResult(126, b"", b"cannot run as user someone: not root\n", None, start_errno)
-    with pytest.raises(error):
-        exec_result(result, "/bin/prog", user)
-    missing = CommandResult(127, b"", b"prog: command not found\n", None, errno.ENOENT)
-    assert exec_result(missing, "prog", None).returncode == 127
+    await module_env.write_file("not-executable.sh", "#!/bin/sh\necho no\n")
+    with pytest.raises(PermissionError):
+        await module_env.exec(["./not-executable.sh"])
+    missing = await module_env.exec(["no-such-program-here"])
+    assert (missing.success, missing.returncode) == (False, 127)
 
 
-async def test_connection_is_not_available(module_env: LizardSandboxEnvironment) -> None:
-    with pytest.raises(NotImplementedError, match="exec"):
-        await module_env.connection()
+async def test_connection_is_a_line_shell_a_person_can_run(
+    module_env: LizardSandboxEnvironment,
+) -> None:
+    # What Inspect's human_cli agent asks for first, and prints for the person to run.
+    connection = await module_env.connection()
+    assert connection.type == "lizard"
+    assert module_env.sandbox_id is not None
+    assert module_env.sandbox_id in connection.command
+    lines = "echo hello from $(pwd)\ncd /tmp\npwd\nfalse\nexit\n"
+    done = await anyio.run_process(
+        shlex.split(connection.command), input=lines.encode(), check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.decode() == "hello from /workspace\n/tmp\n[exit code 1]\n"
+
+
+async def test_connection_before_the_sandbox_exists_is_a_connection_error() -> None:
+    environment = LizardSandboxEnvironment(CONFIG)
+    with pytest.raises(ConnectionError):
+        await environment.connection()
+
+
+def test_exec_remote_polls_as_often_as_for_docker() -> None:
+    docker = registry_find_sandboxenv("docker")
+    ours = LizardSandboxEnvironment(CONFIG)
+    assert ours.default_polling_interval() <= docker.default_polling_interval(ours)  # type: ignore[attr-defined]
+    assert ours.default_polling_interval() < SandboxEnvironment.default_polling_interval(ours)
+
+
+def test_the_private_timeout_class_is_guarded() -> None:
+    # An Inspect that renamed or moved its private class still gets a TimeoutError with the
+    # partial output, as its tools read it.
+    code = """
+import inspect_ai.util._sandbox.events as events
+del events.SandboxTimeoutError
+from inspect_lizard._errors import inspect_errors
+from lizard_core.errors import CommandTimeoutError
+try:
+    with inspect_errors():
+        raise CommandTimeoutError("late", stdout=b"partial", stderr=b"", timeout=1.0)
+except TimeoutError as error:
+    print(type(error).__name__, error.truncated_output)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.strip() == "SandboxTimeoutError partial", done.stderr
 
 
 # ── lifecycle ──────────────────────────────────────────────────────────
@@ -248,17 +279,21 @@ async def test_sample_cleanup_destroys_even_when_its_task_is_cancelled(
     assert environment.sandbox_id not in lizard_local.sandboxes()
 
 
-async def test_task_cleanup_destroys_what_sample_cleanup_did_not(
+async def test_task_cleanup_shutdown_destroys_every_sandbox_the_run_left(
     lizard_local: LocalServer,
 ) -> None:
-    left = [await init("leaky-task"), await init("leaky-task")]
-    kept = await init("kept-task")
-    await LizardSandboxEnvironment.task_cleanup("leaky-task", CONFIG, True)
-    await LizardSandboxEnvironment.task_cleanup("kept-task", CONFIG, False)
-    alive = set(lizard_local.sandboxes())
-    assert not {e.sandbox_id for e in left} & alive
-    assert kept.sandbox_id in alive
-    await kept.close()
+    # Inspect ends a run with task_cleanup("shutdown", config, cleanup), not the task's name,
+    # inside the lifecycle scope it opened for the run; what was made outside it is spared.
+    outside = await init("not-this-run")
+    try:
+        with sandbox_lifecycle_scope():
+            left = [await init("leaky-task"), await init("other-task")]
+            await LizardSandboxEnvironment.task_cleanup("shutdown", CONFIG, True)
+        alive = set(lizard_local.sandboxes())
+        assert not {e.sandbox_id for e in left} & alive
+        assert outside.sandbox_id in alive
+    finally:
+        await outside.close()
 
 
 async def test_cli_cleanup_destroys_only_sandboxes_inspect_created(
@@ -284,8 +319,25 @@ async def test_cli_cleanup_destroys_only_sandboxes_inspect_created(
             await environment.close()
 
 
-def test_an_environment_is_an_inspect_sandbox() -> None:
-    assert issubclass(LizardSandboxEnvironment, SandboxEnvironment)
+async def test_cli_cleanup_without_an_id_spares_other_machines_runs(
+    lizard_local: LocalServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mine = await init("crashed-task")
+    # A teammate's eval in progress, in the same project: Inspect's tags, another machine.
+    theirs = LizardSandboxConfig(template="base", lifetime_ms=60_000).sandbox_config()
+    teammate = Session(theirs.replace(machine_id="teammates-laptop", run_id="their-eval"))
+    try:
+        teammate.sandbox()
+        await LizardSandboxEnvironment.cli_cleanup(None)
+        alive = set(lizard_local.sandboxes())
+        assert mine.sandbox_id not in alive
+        assert teammate.sandbox_id in alive
+        assert "this machine's" in capsys.readouterr().out
+        await LizardSandboxEnvironment.cli_cleanup("all")
+        assert teammate.sandbox_id not in set(lizard_local.sandboxes())
+    finally:
+        teammate.destroy()
+        await mine.close()
 
 
 async def test_exec_remote_streams_through_inspects_sandbox_tools(
@@ -310,8 +362,6 @@ async def test_exec_remote_streams_through_inspects_sandbox_tools(
 CRASHING_RUN = """
 import os, anyio
 from inspect_lizard import LizardSandboxConfig, LizardSandboxEnvironment
-from inspect_lizard._environment import exec_result
-from lizard_core.commands import CommandResult
 config = LizardSandboxConfig(template="base", lifetime_ms=120_000)
 environments = anyio.run(LizardSandboxEnvironment.sample_init, "crashing-task", config, {})
 print(environments["default"].sandbox_id, flush=True)

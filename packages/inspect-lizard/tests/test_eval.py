@@ -7,8 +7,10 @@ run concurrently, each in a sandbox of its own that sample cleanup destroys.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
+import pytest
 from inspect_ai import Task
 from inspect_ai import eval as inspect_eval
 from inspect_ai.dataset import Sample
@@ -25,6 +27,8 @@ from inspect_ai.solver import generate, use_tools
 from inspect_ai.tool import ToolChoice, ToolInfo, bash, python
 
 from inspect_lizard import LizardSandboxConfig
+from lizard_core.config import SandboxConfig
+from lizard_core.session import Session
 from lizard_local import LocalServer
 
 MODEL = "mockllm/model"
@@ -118,3 +122,100 @@ def test_a_sample_stopped_by_its_time_limit_leaves_no_sandbox_or_command(
     assert routes["POST /api/sandboxes"] == 1
     assert routes["DELETE /api/sandboxes/{id}"] == 1
     assert set(lizard_counters.sandboxes()) == before
+
+
+def bash_once(
+    messages: list[ChatMessage], tools: list[ToolInfo], choice: ToolChoice, config: GenerateConfig
+) -> ModelOutput:
+    """One bash call, then an answer with its output."""
+    results = [m.text.strip() for m in messages if isinstance(m, ChatMessageTool)]
+    if not results:
+        output = ModelOutput.for_tool_call(MODEL, "bash", {"command": "echo ran"})
+    else:
+        output = ModelOutput.from_content(MODEL, results[0])
+    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    return output
+
+
+def _one_sample_task(config: LizardSandboxConfig) -> Task:
+    return Task(
+        dataset=[Sample(input="run", target="ran")],
+        solver=[use_tools(bash(timeout=60)), generate()],
+        scorer=includes(),
+        sandbox=("lizard", config),
+    )
+
+
+def test_the_runs_shutdown_cleanup_destroys_a_sandbox_whose_sample_cleanup_failed(
+    lizard_counters: LocalServer, tmp_path: Path
+) -> None:
+    # The sample's own DELETE is refused (a lasting error, not retried): Inspect logs it and
+    # goes on; at the end of the run it calls task_cleanup("shutdown", ...), which must find
+    # the sandbox and destroy it.
+    before = set(lizard_counters.sandboxes())
+    lizard_counters.inject_fault("DELETE /api/sandboxes/{id}", status=403, count=1)
+    [log] = inspect_eval(
+        _one_sample_task(LizardSandboxConfig(template="base", lifetime_ms=300_000)),
+        model=get_model(MODEL, custom_outputs=bash_once),
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    assert log.status == "success", log.error
+    routes = lizard_counters.counters()["routes"]
+    assert routes["POST /api/sandboxes"] == 1
+    assert routes["DELETE /api/sandboxes/{id}"] == 2  # the refused one, then shutdown's
+    assert set(lizard_counters.sandboxes()) == before
+
+
+def test_no_sandbox_cleanup_keeps_the_sandbox_and_logs_its_id(
+    lizard_counters: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    before = set(lizard_counters.sandboxes())
+    caplog.set_level(logging.WARNING, logger="inspect_lizard")
+    [log] = inspect_eval(
+        _one_sample_task(LizardSandboxConfig(template="base", lifetime_ms=300_000)),
+        model=get_model(MODEL, custom_outputs=bash_once),
+        log_dir=str(tmp_path),
+        display="none",
+        sandbox_cleanup=False,
+    )
+    assert log.status == "success", log.error
+    [kept] = set(lizard_counters.sandboxes()) - before
+    try:
+        assert f"Kept Lizard sandbox {kept} running" in caplog.text
+    finally:
+        Session(SandboxConfig.from_env(), sandbox_id=kept).destroy()
+
+
+def test_keep_alive_carries_a_sample_past_its_sandboxs_lifetime(
+    lizard_counters: LocalServer, tmp_path: Path
+) -> None:
+    # A 2 s lifetime and three tool calls 1.5 s apart: without keep-alive the sandbox expires
+    # mid-sample and the tools report it unavailable.
+    def slow_agent(
+        messages: list[ChatMessage], tools: list[ToolInfo], choice: ToolChoice, c: GenerateConfig
+    ) -> ModelOutput:
+        results = [m.text.strip() for m in messages if isinstance(m, ChatMessageTool)]
+        if len(results) < 3:
+            command = f"sleep 1.5; echo step{len(results)}"
+            output = ModelOutput.for_tool_call(MODEL, "bash", {"command": command})
+        else:
+            output = ModelOutput.from_content(MODEL, " ".join(results))
+        output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+        return output
+
+    task = Task(
+        dataset=[Sample(input="go", target="step0 step1 step2")],
+        solver=[use_tools(bash(timeout=60)), generate()],
+        scorer=includes(),
+        sandbox=("lizard", LizardSandboxConfig(template="base", lifetime_ms=2_000)),
+    )
+    [log] = inspect_eval(
+        task,
+        model=get_model(MODEL, custom_outputs=slow_agent),
+        log_dir=str(tmp_path),
+        display="none",
+    )
+    assert log.samples is not None
+    [sample] = log.samples
+    assert sample.output.completion == "step0 step1 step2", sample.output.completion

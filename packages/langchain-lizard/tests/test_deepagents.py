@@ -7,13 +7,17 @@ from typing import Any
 
 import pytest
 from deepagents import create_deep_agent
-from scripted_agent import PROGRAM, SCRIPT, agent_model, tool_results
+from deepagents.backends.sandbox import BaseSandbox
+from langchain_core.messages import AIMessage
+from scripted_agent import PROGRAM, SCRIPT, ScriptedModel, agent_model, call, tool_results
 
 from langchain_lizard import LizardSandbox
 from langchain_lizard._sandbox import WRITE_REPLACES
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
+CAPTURE_OFFLOAD = hasattr(BaseSandbox, "execute_with_offload")
+"""Deep Agents 0.7 can save a large output in the sandbox (capture offload); 0.6 cannot."""
 NOTES = "/workspace/notes.txt"
 
 
@@ -137,3 +141,66 @@ async def test_a_deep_agent_runs_asynchronously(abackend: LizardSandbox) -> None
     results = tool_results(state["messages"])
     assert "0 1 1 2 3 5 8 13 21 34" in results["x"]
     assert "0 1 1 2 3 5 8 13 21 34" in results["r"]
+
+
+# ── long sessions and long output, as a deep agent meets them ───────────
+
+
+def _scripted(*commands: str) -> ScriptedModel:
+    steps = [call("execute", f"c{n}", command=command) for n, command in enumerate(commands)]
+    return ScriptedModel(messages=iter([*steps, AIMessage(content="Done.")]))
+
+
+def test_a_deep_agent_keeps_its_sandbox_past_the_lifetime_while_it_works(
+    lizard_local: LocalServer,
+) -> None:
+    # The defaults keep a working session's sandbox: a 2 s lifetime here (30 minutes by
+    # default), outlived by three commands 1.5 s apart.
+    with LizardSandbox(lifetime_ms=2_000) as backend:
+        steps = [f"sleep 1.5; echo step{n}" for n in range(3)]
+        agent = create_deep_agent(model=_scripted(*steps), backend=backend)
+        state = agent.invoke({"messages": [{"role": "user", "content": "Work slowly."}]})
+        results = tool_results(state["messages"])
+        assert [results[f"c{n}"].split("\n")[0] for n in range(3)] == ["step0", "step1", "step2"]
+        assert backend.sandbox_id in lizard_local.sandboxes()
+
+
+def test_a_deep_agent_gets_the_end_and_exit_code_of_a_huge_output(
+    lizard_local: LocalServer,
+) -> None:
+    # 15 MB of output, past the 10 MiB a command may write: under Deep Agents' capture offload
+    # the command runs to its end (it is not stopped), what Deep Agents keeps of the output is
+    # saved in the sandbox, and the model gets a preview of its head and tail and the exit code.
+    with LizardSandbox(lifetime_ms=300_000) as backend:
+        agent = create_deep_agent(
+            model=_scripted("seq 1 2000000; echo the-end; exit 3"), backend=backend
+        )
+        state = agent.invoke({"messages": [{"role": "user", "content": "Count."}]})
+        seen = tool_results(state["messages"])["c0"]
+    assert len(seen) < 100_000
+    if not CAPTURE_OFFLOAD:
+        # deepagents 0.6 has no capture offload: the command is stopped at 10 MiB, and the model
+        # gets Deep Agents' preview of the head and tail kept, which says so.
+        assert "was stopped" in seen
+        return
+    assert "[Command failed with exit code 3]" in seen
+    assert "\n1\n2\n3\n" in seen
+    assert "lines truncated" in seen
+
+
+def test_output_past_the_limit_gives_its_head_and_tail_and_says_so(
+    backend: LizardSandbox,
+) -> None:
+    limited = LizardSandbox(sandbox_id=backend.id, output_limit=64 * 1024)
+    response = limited.execute("seq 1 100000")
+    assert response.truncated
+    assert response.output.startswith("1\n2\n")
+    assert "cut from the middle of the output" not in response.output  # 64 KiB fits
+    assert "was stopped" in response.output
+    huge = LizardSandbox(sandbox_id=backend.id, output_limit=1024 * 1024)
+    clipped = huge.execute("seq 1 1000000")
+    head, _, rest = clipped.output.partition("\n[... ")
+    assert head.startswith("1\n2\n")
+    assert "cut from the middle of the output" in rest
+    assert "was stopped" in rest
+    assert len(clipped.output) < 101_000

@@ -58,15 +58,28 @@ class ScriptedModel(BaseLlm):
 
 
 async def run_agent(
-    agent: LlmAgent, prompt: str, *, runner: InMemoryRunner | None = None
+    agent: LlmAgent,
+    prompt: str,
+    *,
+    runner: InMemoryRunner | None = None,
+    session_id: str | None = None,
 ) -> list[Event]:
-    """Run one invocation of ``agent`` and return its events; the runner is closed after."""
+    """Run one invocation of ``agent`` and return its events; a runner made here is closed.
+
+    ``session_id`` continues (or starts) that ADK session; otherwise a new one is made.
+    """
     own = runner is None
     runner = runner or InMemoryRunner(agent=agent, app_name="lizard_adk_tests")
     try:
-        session = await runner.session_service.create_session(
-            app_name=runner.app_name, user_id="tester"
-        )
+        session = None
+        if session_id is not None:
+            session = await runner.session_service.get_session(
+                app_name=runner.app_name, user_id="tester", session_id=session_id
+            )
+        if session is None:
+            session = await runner.session_service.create_session(
+                app_name=runner.app_name, user_id="tester", session_id=session_id
+            )
         events = []
         async for event in runner.run_async(
             user_id="tester",

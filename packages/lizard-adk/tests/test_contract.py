@@ -68,6 +68,11 @@ def close_executor(executor: LizardCodeExecutor) -> None:
 
 
 class TestLizardCodeExecutorContract(AdapterContract):
+    replaces_gone_sandbox = (
+        "an executor lives as long as the app (ADK defines it with the agent): a new sandbox "
+        "after expiry, and the block's result says the state was lost, as ADK's E2B environment"
+    )
+
     @pytest.fixture
     def make_adapter(self) -> Callable[..., Any]:
         return lambda **kwargs: LizardCodeExecutor(stateful=True, lifetime_ms=300_000, **kwargs)

@@ -22,7 +22,7 @@ from google.adk.runners import InMemoryRunner
 from google.adk.tools.environment import EnvironmentToolset
 
 from lizard_adk import LizardEnvironment
-from lizard_core.errors import OutputLimitError, SandboxGoneError
+from lizard_core.errors import CredentialsError, SandboxGoneError
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
@@ -187,17 +187,52 @@ async def test_a_timeout_returns_the_output_so_far_and_timed_out(env: LizardEnvi
     assert result.stdout == "partial"
 
 
-async def test_output_past_the_limit_raises_never_a_short_result(
-    connection: dict[str, Any],
+async def test_the_model_gets_head_tail_and_exit_code_of_a_long_output(
+    lizard_local: LocalServer,
 ) -> None:
-    environment = LizardEnvironment(output_limit=1024, **connection)
-    await environment.initialize()
+    # Through ADK's own Execute tool: a long output keeps its end (the error, the summary) and
+    # its exit code; one past output_limit is stopped and says so, and the run goes on.
+    environment = LizardEnvironment(lifetime_ms=300_000, output_limit=256 * 1024)
+    model = ScriptedModel(
+        [
+            call("Execute", command="seq 1 20000; echo 'the end' >&2; exit 3"),
+            call("Execute", command="yes line | head -c 1000000; echo never"),
+            call("Execute", command="echo still here"),
+            text("Done."),
+        ]
+    )
+    agent = LlmAgent(
+        name="worker", model=model, tools=[EnvironmentToolset(environment=environment)]
+    )
+    runner = InMemoryRunner(agent=agent, app_name="lizard_adk_tests")
     try:
-        with pytest.raises(OutputLimitError) as caught:
-            await environment.execute("head -c 100000 /dev/zero")
-        assert len(caught.value.stdout) == 1024
+        events = await run_agent(agent, "Run them.", runner=runner)
     finally:
+        await runner.close()
+    long, stopped, after = (response for _, response in function_responses(events))
+    assert long["exit_code"] == 3
+    assert long["stdout"].startswith("1\n2\n3\n")
+    assert long["stdout"].endswith("19999\n20000\n")
+    assert "lines) cut from the middle of the output" in long["stdout"]
+    assert "truncated" not in long["stdout"]  # ADK's own head-only cut was not needed
+    assert long["stderr"] == "the end\n"
+    assert stopped["exit_code"] == -1
+    assert stopped["stdout"].startswith("line\n")
+    assert "never" not in stopped["stdout"]
+    assert "was stopped" in stopped["stderr"]
+    assert after == {"status": "ok", "stdout": "still here\n"}
+
+
+async def test_a_failed_destroy_can_be_retried_through_close(lizard_local: LocalServer) -> None:
+    environment = LizardEnvironment(lifetime_ms=300_000)
+    await environment.initialize()
+    sandbox_id = environment.sandbox_id
+    lizard_local.inject_fault("DELETE /api/sandboxes/{id}", status=403, count=1)
+    with pytest.raises(CredentialsError):
         await environment.close()
+    assert sandbox_id in lizard_local.sandboxes()
+    await environment.close()
+    assert sandbox_id not in lizard_local.sandboxes()
 
 
 # ── files ────────────────────────────────────────────────────────────────────

@@ -3,6 +3,7 @@ directly, then ADK ``Runner`` runs with a scripted model."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Iterator
 from typing import Any
@@ -18,9 +19,10 @@ from google.adk.code_executors.code_execution_utils import (
 )
 from google.adk.runners import InMemoryRunner
 from google.adk.sessions import InMemorySessionService, Session
+from google.genai import types
 
 from lizard_adk import LizardCodeExecutor
-from lizard_core.errors import SandboxGoneError
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
@@ -256,3 +258,148 @@ async def test_an_agent_stops_after_error_retry_attempts(lizard_local: LocalServ
     results = code_results(events)
     assert len(results) == 2  # the third block was not run: ADK's retry limit
     assert all("ValueError: still wrong" in (r.output or "") for r in results)
+
+
+def _block(code: str) -> types.Part:
+    return text(f"```python\n{code}\n```")
+
+
+async def _run_block(
+    executor: LizardCodeExecutor,
+    code: str,
+    *,
+    runner: InMemoryRunner | None = None,
+    session_id: str | None = None,
+) -> str:
+    """One invocation whose model writes ``code``, then ends: the block's output."""
+    model = ScriptedModel([_block(code), text("Done.")])
+    agent = LlmAgent(name="coder", model=model, code_executor=executor)
+    events = await run_agent(agent, "Go.", runner=runner, session_id=session_id)
+    [result] = code_results(events)
+    return result.output or ""
+
+
+async def test_an_executor_outlives_its_sandboxs_expiry(lizard_local: LocalServer) -> None:
+    # ADK's usual pattern: one executor for the life of the app. Its sandbox expires while
+    # nobody uses it (a 1.5 s lifetime here, 15 minutes idle in practice); the next block gets
+    # a new sandbox and the model is told the state is gone, and the agent goes on.
+    executor = LizardCodeExecutor(stateful=True, lifetime_ms=1_500)
+    try:
+        first = await _run_block(executor, "x = 41\nprint(x + 1)", session_id="s1")
+        assert "42" in first
+        expired = executor.sandbox_id
+        await asyncio.sleep(3)
+        assert expired not in lizard_local.sandboxes()
+        after = await _run_block(executor, "print(x)", session_id="s1")
+        assert "replaced by a new one" in after
+        assert "NameError" in after
+        assert executor.sandbox_id not in (None, expired)
+        again = await _run_block(executor, "x = 1\nprint(x)", session_id="s1")
+        assert "replaced" not in again
+        assert "1" in again
+    finally:
+        executor.close()
+    assert executor.sandbox_id not in lizard_local.sandboxes()
+
+
+async def test_kernels_are_bounded_by_max_kernels_and_idle_time(lizard_local: LocalServer) -> None:
+    executor = LizardCodeExecutor(
+        stateful=True, lifetime_ms=300_000, max_kernels=2, kernel_idle_s=2.0
+    )
+    try:
+        for n in (1, 2, 3):
+            await _run_block(executor, f"v = {n}", session_id=f"s{n}")
+        assert executor.kernel_count == 2
+        # s1's kernel made room for s3: its next block says so, and its state is gone.
+        dropped = await _run_block(executor, "print(v)", session_id="s1")
+        assert "stopped to make room for other sessions" in dropped
+        assert "NameError" in dropped
+        assert "3" in await _run_block(executor, "print(v)", session_id="s3")
+        await asyncio.sleep(2.5)
+        await _run_block(executor, "w = 0", session_id="s4")
+        assert executor.kernel_count == 1  # every other kernel was idle past 2 s
+        idle = await _run_block(executor, "print(v)", session_id="s3")
+        assert "after 2 s without use" in idle
+    finally:
+        executor.close()
+
+
+async def test_one_sessions_long_block_does_not_stall_another(lizard_local: LocalServer) -> None:
+    executor = LizardCodeExecutor(stateful=True, lifetime_ms=300_000)
+    try:
+        await _run_block(executor, "1", session_id="warm")  # the sandbox exists
+        slow = asyncio.create_task(
+            _run_block(executor, "import time\ntime.sleep(6)\nprint('slow')", session_id="a")
+        )
+        await asyncio.sleep(1)
+        quick = await _run_block(executor, "print('quick')", session_id="b")
+        assert "quick" in quick
+        assert not slow.done()  # b ran while a's block was still running
+        assert "slow" in await slow
+    finally:
+        executor.close()
+
+
+def test_kernel_bounds_are_checked_before_any_request(lizard_counters: LocalServer) -> None:
+    for kwargs, error in (
+        ({"max_kernels": 0}, ValueError),
+        ({"max_kernels": 1.5}, TypeError),
+        ({"kernel_idle_s": 0}, ValueError),
+        ({"kernel_idle_s": "1"}, TypeError),
+    ):
+        with pytest.raises(error):
+            LizardCodeExecutor(**kwargs)
+    assert lizard_counters.counters()["total"] == 0
+
+
+async def test_optimize_data_file_loads_a_csv_the_user_sent(lizard_local: LocalServer) -> None:
+    # ADK's flow turns the user's CSV into an input file and runs its own loader block
+    # (pandas, explore_df) before the model's first turn; the model's block then uses it.
+    executor = LizardCodeExecutor(stateful=True, optimize_data_file=True, lifetime_ms=300_000)
+    model = ScriptedModel([_block("print(data_1_2['b'].sum())"), text("The sum is 6.")])
+    agent = LlmAgent(name="analyst", model=model, code_executor=executor)
+    runner = InMemoryRunner(agent=agent, app_name="lizard_adk_tests")
+    csv = types.Part(inline_data=types.Blob(mime_type="text/csv", data=b"a,b\n1,2\n3,4\n"))
+    try:
+        session = await runner.session_service.create_session(
+            app_name=runner.app_name, user_id="tester"
+        )
+        message = types.Content(role="user", parts=[types.Part(text="Sum column b."), csv])
+        events = [
+            event
+            async for event in runner.run_async(
+                user_id="tester", session_id=session.id, new_message=message
+            )
+        ]
+    finally:
+        await runner.close()
+        executor.close()
+    explored, summed = (r.output or "" for r in code_results(events))
+    assert "Total rows: 2" in explored, explored
+    assert summed == "Code execution result:\n6\n\n"
+
+
+async def test_custom_code_block_delimiters_are_run(lizard_local: LocalServer) -> None:
+    executor = LizardCodeExecutor(
+        code_block_delimiters=[("<run>\n", "\n</run>")], lifetime_ms=300_000
+    )
+    model = ScriptedModel([text("Here:\n<run>\nprint(6 * 7)\n</run>"), text("42.")])
+    agent = LlmAgent(name="coder", model=model, code_executor=executor)
+    try:
+        events = await run_agent(agent, "Multiply.")
+    finally:
+        executor.close()
+    [result] = code_results(events)
+    assert result.output == "Code execution result:\n42\n\n"
+
+
+def test_allowed_hosts_reach_the_create_request(lizard_local: LocalServer) -> None:
+    # lizard-local has no network policy and refuses the field with a 400 naming it: proof
+    # that the executor sent it (with internet_access off, the SDK's rule).
+    executor = LizardCodeExecutor(allowed_hosts=["pypi.org"], lifetime_ms=300_000)
+    try:
+        with pytest.raises(LizardIntegrationError, match="allowedHosts"):
+            run(executor, "1")
+        assert executor.sandbox_id is None
+    finally:
+        executor.close()

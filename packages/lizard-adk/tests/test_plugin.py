@@ -25,7 +25,7 @@ def tool_context(invocation_id: str = "inv") -> Any:
 
 def test_the_0_1_import_paths_and_tools_are_kept(lizard_counters: LocalServer) -> None:
     assert FromPluginModule is LizardPlugin
-    plugin = LizardPlugin(command_timeout_ms=600_000)  # 0.1.1 capped this at 120 000
+    plugin = LizardPlugin(command_timeout_ms=3_600_000)  # 0.1.1 capped this at 120 000
     assert plugin.name == "lizard_sandboxes"
     declared = {}
     for tool in plugin.get_tools():
@@ -67,11 +67,11 @@ def test_bad_options_are_refused_before_any_request(
     assert lizard_counters.counters()["total"] == 0
 
 
-async def test_files_have_no_size_or_utf8_limit(connection: dict[str, Any]) -> None:
-    plugin = LizardPlugin(**connection)
+async def test_files_of_any_content_within_max_read_bytes(connection: dict[str, Any]) -> None:
+    plugin = LizardPlugin(max_read_bytes=4 * 1024 * 1024, **connection)
     context = tool_context()
     try:
-        big = "é" * (800 * 1024)  # 1.6 MB of UTF-8: over 0.1.1's 1 MiB
+        big = "é" * (800 * 1024)  # 1.6 MB of UTF-8: over the default 1 MiB, under 4 MiB
         await plugin.lizard_write_file("/tmp/big.txt", big, context)
         assert await plugin.lizard_read_file("/tmp/big.txt", context) == {"content": big}
         raw = os.urandom(1024) + b"\xff\xfe"
@@ -83,6 +83,46 @@ async def test_files_have_no_size_or_utf8_limit(connection: dict[str, Any]) -> N
             await plugin.lizard_write_file("/tmp/x", "x", context, "latin-1")
     finally:
         await plugin.close()
+
+
+async def test_the_model_gets_bounded_files_and_head_and_tail_of_output(
+    lizard_local: LocalServer,
+) -> None:
+    # Through the Runner: a 64 MiB file is refused in the tool's answer (not read, not put in
+    # the model's context); long output keeps its end and exit code; a command past
+    # output_limit is stopped and says so; the invocation goes on.
+    plugin = LizardPlugin()  # the defaults: 1 MiB reads, 100,000 characters, 10 MiB a stream
+    model = ScriptedModel(
+        [
+            call("lizard_execute_command", command="head -c 67108864 /dev/zero > /tmp/huge"),
+            call("lizard_read_file", path="/tmp/huge"),
+            call("lizard_execute_command", command="seq 1 20000; exit 5"),
+            call("lizard_execute_command", command="yes | head -c 20000000"),
+            call("lizard_execute_code", code="print('x' * 150_000 + 'END')"),
+            text("Done."),
+        ]
+    )
+    agent = LlmAgent(name="sandboxed", model=model, tools=plugin.get_tools())
+    runner = InMemoryRunner(app=App(name="lizard_adk_tests", root_agent=agent, plugins=[plugin]))
+    try:
+        responses = [r for _, r in function_responses(await run_agent(agent, "Go.", runner=runner))]
+    finally:
+        await runner.close()
+    _, huge, long, stopped, code = responses
+    assert set(huge) == {"error"}
+    assert "more than 1048576 bytes" in huge["error"]
+    assert long["exit_code"] == 5
+    assert long["stdout"].startswith("1\n2\n")
+    assert long["stdout"].endswith("20000\n")
+    assert "cut from the middle of the output" in long["stdout"]
+    assert len(long["stdout"]) < 100_200
+    assert stopped["exit_code"] == -1
+    assert stopped["stdout"].startswith("y\ny\n")
+    assert "was stopped" in stopped["stderr"]
+    assert code["stdout"].endswith("END\n")
+    assert len(code["stdout"]) < 100_200
+    assert len(stopped["stdout"]) < 100_200
+    assert model.unused == 0
 
 
 async def test_commands_and_code_report_timeouts_with_the_output_so_far(

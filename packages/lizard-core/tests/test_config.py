@@ -4,6 +4,7 @@ import copy
 import dataclasses
 import inspect
 import pickle
+import re
 import socket
 import typing
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ from lizard_core.config import (
     MAX_ALLOWED_HOSTS,
     MAX_LIFETIME_MS,
     METADATA_INTEGRATION_KEY,
+    METADATA_MACHINE_KEY,
+    METADATA_RUN_KEY,
     METADATA_VERSION_KEY,
     MIN_LIFETIME_MS,
     SIZES,
@@ -29,6 +32,7 @@ from lizard_core.config import (
     SandboxConfig,
     SandboxOptions,
 )
+from lizard_core.origin import machine_id, run_id
 
 KEY = "liz_test_0123456789abcdef"
 ENV = {"LIZARD_API_KEY": KEY, "LIZARD_PROJECT_ID": "proj_123"}
@@ -268,16 +272,34 @@ def test_metadata_is_always_tagged_with_the_integration() -> None:
         "team": "search",
         METADATA_INTEGRATION_KEY: "smolagents-lizard",
         METADATA_VERSION_KEY: LIZARD_CORE_VERSION,
+        METADATA_RUN_KEY: run_id(),
+        METADATA_MACHINE_KEY: machine_id(),
     }
     assert config.create_kwargs()["metadata"] == config.sandbox_metadata
-    bare = build(integration_version="1.2.3")
+    bare = build(integration_version="1.2.3").replace(run_id="r-1", machine_id="m.2")
     assert bare.sandbox_metadata == {
         METADATA_INTEGRATION_KEY: "lizard-core",
         METADATA_VERSION_KEY: "1.2.3",
+        METADATA_RUN_KEY: "r-1",
+        METADATA_MACHINE_KEY: "m.2",
     }
 
 
-@pytest.mark.parametrize("key", [METADATA_INTEGRATION_KEY, METADATA_VERSION_KEY])
+def test_run_and_machine_ids_are_plain_stable_and_reveal_nothing() -> None:
+    assert run_id() == build().run_id == build().run_id
+    assert re.fullmatch(r"[0-9a-f]{16}", machine_id())
+    assert socket.gethostname() not in machine_id()
+    bad_ids = (("", ValueError), ("a b", ValueError), ("x" * 65, ValueError), (1, TypeError))
+    for bad, error in bad_ids:
+        with pytest.raises(error):
+            build().replace(run_id=bad)
+        with pytest.raises(error):
+            build().replace(machine_id=bad)
+
+
+@pytest.mark.parametrize(
+    "key", [METADATA_INTEGRATION_KEY, METADATA_VERSION_KEY, METADATA_RUN_KEY, METADATA_MACHINE_KEY]
+)
 def test_metadata_cannot_override_the_integration_tags(key: str) -> None:
     with pytest.raises(ValueError, match="set by the integration"):
         build(metadata={key: "spoofed"})

@@ -88,3 +88,44 @@ def test_bad_arguments_fail_before_any_request(
 def test_a_rejected_key_is_a_credentials_error(lizard_local: LocalServer) -> None:
     with pytest.raises(CredentialsError):
         find_sandboxes(_config(api_key="lzl_wrong_key_for_inventory"), {})
+
+
+def test_find_scopes_by_integration_run_machine_and_age(lizard_local: LocalServer) -> None:
+    here = _config(integration="inventory-scope")
+    mine = Session(here)
+    teammate = Session(here.replace(machine_id="teammates-laptop", run_id="their-run"))
+    earlier_run = Session(here.replace(run_id="an-earlier-run"))
+    sessions = [mine, teammate, earlier_run]
+    try:
+        for session in sessions:
+            session.sandbox()
+        found = find_sandboxes(here, integration="inventory-scope", machine_id=here.machine_id)
+        assert {r.sandbox_id for r in found} == {mine.sandbox_id, earlier_run.sandbox_id}
+        [run] = find_sandboxes(here, integration="inventory-scope", run_id=here.run_id)
+        assert run.sandbox_id == mine.sandbox_id
+        assert (run.integration, run.run_id, run.machine_id) == (
+            "inventory-scope",
+            here.run_id,
+            here.machine_id,
+        )
+        age = run.age_s()
+        assert age is not None
+        assert 0 <= age < 60
+        assert find_sandboxes(here, integration="inventory-scope", older_than_s=3600) == []
+        every = find_sandboxes(here, integration="inventory-scope", older_than_s=0)
+        assert len(every) == 3
+    finally:
+        for session in sessions:
+            session.destroy()
+
+
+def test_scope_filters_are_checked_before_any_request(
+    lizard_local: LocalServer, api_requests: Any
+) -> None:
+    with pytest.raises(TypeError):
+        find_sandboxes(_config(), run_id=1)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="older_than_s"):
+        find_sandboxes(_config(), older_than_s=-1)
+    with pytest.raises(TypeError):
+        find_sandboxes(_config(), older_than_s=True)
+    assert api_requests.counts() == {}

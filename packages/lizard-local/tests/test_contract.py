@@ -307,3 +307,32 @@ def test_an_opt_out_needs_a_reason() -> None:
 
     with pytest.raises(pytest.skip.Exception, match="cannot cancel a step"):
         WithReason()._opt_out("skip_cancellation")
+
+
+class Replacing(ReferenceShell):
+    """Replaces a sandbox that is gone with a new one, as a long-lived executor may."""
+
+    def run(self, argv: Sequence[str]) -> CommandResult:
+        try:
+            return super().run(argv)
+        except Unavailable:
+            self.session = Session(self.session.config)
+            return super().run(argv)
+
+
+class TestReplacingReferenceAdapter(TestBlockingReferenceAdapter):
+    replaces_gone_sandbox = "the reference of an adapter that replaces an expired sandbox"
+
+    @pytest.fixture
+    def make_adapter(self) -> Callable[..., Any]:
+        return Replacing
+
+
+@pytest.mark.usefixtures("sandboxes_killed")
+def test_an_adapter_that_claims_to_replace_but_raises_fails_the_rule(
+    lizard_local: LocalServer,
+) -> None:
+    with pytest.raises(Unavailable):
+        TestReplacingReferenceAdapter().test_a_killed_sandbox_raises_the_frameworks_error_and_is_not_replaced(
+            lizard_local, kit(ReferenceShell)
+        )

@@ -42,7 +42,11 @@ class LizardSandboxConfig(BaseModel):
     size: Size | None = "small"
     """Machine size, or None for the platform's default."""
     lifetime_ms: int = Field(default=1_800_000, ge=MIN_LIFETIME_MS, le=MAX_LIFETIME_MS)
-    """Lifetime of each sandbox: it is destroyed at sample cleanup, or when this runs out."""
+    """Lifetime of each sandbox: it is destroyed at sample cleanup, or when this runs out
+    (counted from its last use while ``keep_alive`` holds)."""
+    keep_alive: bool = True
+    """Extend the lifetime while the sample uses its sandbox, so a long agent sample keeps it
+    (one request per half lifetime at most); an idle sandbox still expires."""
     region: str | None = None
     """Region to run in, or None for the platform's default."""
     internet_access: bool = True
@@ -76,12 +80,12 @@ class LizardSandboxConfig(BaseModel):
         No I/O; raises ``TypeError`` / ``ValueError`` for anything invalid.
         """
         labels = {} if task_name is None else {TASK_METADATA_KEY: task_name[:_TASK_TAG_MAX]}
-        # Every field but working_dir is a SandboxConfig setting of the same name.
+        # Every field but working_dir and keep_alive is a SandboxConfig setting of that name.
         return SandboxConfig.from_env(
             api_key=api_key,
             api_url=api_url,
             metadata=labels,
             integration=INTEGRATION,
             integration_version=package_version("inspect-lizard"),
-            **self.model_dump(exclude={"working_dir"}),
+            **self.model_dump(exclude={"working_dir", "keep_alive"}),
         )

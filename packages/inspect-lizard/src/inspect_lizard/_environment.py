@@ -5,9 +5,14 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
 - **One sandbox per sample.** ``sample_init`` creates it (samples run concurrently, so their
   sandboxes are created concurrently; a 429 that says when to retry is waited out, up to
   :data:`CREATE_WAIT_S`); ``sample_cleanup`` destroys it, also when the sample was interrupted
-  or the cleanup itself is cancelled. ``task_cleanup`` destroys what a failed cleanup left;
-  ``inspect sandbox cleanup lizard [ID]`` destroys what a crashed run left, found by the
-  ``integration=inspect`` tag every such sandbox carries.
+  or the cleanup itself is cancelled. Every sandbox is recorded in Inspect's lifecycle state of
+  the run (``sandbox_lifecycle_state()``), and ``task_cleanup`` (Inspect calls it with
+  ``"shutdown"`` at the end of the run) destroys what a failed sample cleanup left, or, with
+  ``--no-sandbox-cleanup``, logs the ids it keeps. ``inspect sandbox cleanup lizard`` destroys
+  what this machine's crashed runs left (the ``integration``, ``integration_machine`` tags);
+  ``... lizard all`` what any machine left in the project; ``... lizard ID`` one sandbox.
+- **Keep-alive** (:attr:`LizardSandboxConfig.keep_alive`, on by default): a sandbox in use
+  outlives ``lifetime_ms``; an idle one still expires.
 - **No I/O when built.** The constructor (and ``task_init``, once per task) checks the
   configuration and the credentials (``TypeError`` / ``ValueError``) and makes no request;
   outside an eval the first operation creates the sandbox.
@@ -38,7 +43,7 @@ import logging
 import os
 import posixpath
 from collections.abc import AsyncGenerator, Iterable
-from typing import Any, ClassVar, Final, Literal, cast, overload
+from typing import Any, Final, Literal, cast, overload
 
 import anyio
 from inspect_ai.util import (
@@ -50,19 +55,27 @@ from inspect_ai.util import (
     SandboxEnvironmentLimits,
     SandboxUserUnsupportedError,
 )
+from inspect_ai.util._sandbox.lifecycle import sandbox_lifecycle_state
 from pydantic import BaseModel
 
 from lizard_core import errors as core
 from lizard_core.commands import CommandResult, arun_command
-from lizard_core.config import METADATA_INTEGRATION_KEY, SandboxConfig
+from lizard_core.config import SandboxConfig
 from lizard_core.files import SandboxFiles
 from lizard_core.inventory import adestroy_sandboxes, afind_sandboxes
 from lizard_core.session import Session
 
 from ._config import INTEGRATION, LizardSandboxConfig
 from ._errors import decode_output, inspect_errors
+from .shell import command_for
 
-__all__ = ["CREATE_WAIT_S", "DEFAULT_CONCURRENCY", "LizardSandboxEnvironment"]
+__all__ = [
+    "CLEANUP_ALL",
+    "CREATE_WAIT_S",
+    "DEFAULT_CONCURRENCY",
+    "POLL_INTERVAL_S",
+    "LizardSandboxEnvironment",
+]
 
 DEFAULT_CONCURRENCY: Final = 10
 """Sandboxes at once unless ``--max-sandboxes`` says otherwise. Past an account's limit the
@@ -70,7 +83,32 @@ platform answers 429 with a retry time, which ``sample_init`` waits out."""
 CREATE_WAIT_S: Final = 600.0
 """How long ``sample_init`` waits out rate limits (429 with a retry time) before failing."""
 
+POLL_INTERVAL_S: Final = 0.2
+"""How often Inspect's ``exec_remote`` polls a running process (as for its docker sandboxes):
+each poll is one exec, about as cheap as a docker exec."""
+CLEANUP_ALL: Final = "all"
+"""``inspect sandbox cleanup lizard all``: every Inspect sandbox of the project, any machine's."""
+
 _log = logging.getLogger(__name__)
+
+
+class _Started:
+    """The sandboxes one Inspect run created and has not destroyed yet.
+
+    Kept on Inspect's lifecycle state of the run (one instance per run scope), so that the
+    ``task_cleanup("shutdown", ...)`` that ends the run finds every sandbox of it.
+    """
+
+    def __init__(self) -> None:
+        self.environments: set[LizardSandboxEnvironment] = set()
+
+
+_outside_a_run = _Started()  # sandboxes made outside Inspect's run scope (direct use, tests)
+
+
+def _started() -> _Started:
+    state = sandbox_lifecycle_state()
+    return _outside_a_run if state is None else state.get(_Started)
 
 
 def _lizard_config(config: SandboxEnvironmentConfigType | None) -> LizardSandboxConfig:
@@ -106,8 +144,6 @@ class LizardSandboxEnvironment(SandboxEnvironment):
     :meth:`close` it when done. See the module docstring for the contract.
     """
 
-    _by_task: ClassVar[dict[str, set[LizardSandboxEnvironment]]] = {}
-
     def __init__(
         self,
         config: LizardSandboxConfig | None = None,
@@ -119,9 +155,10 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         super().__init__()
         self.config = _lizard_config(config)
         settings = self.config.sandbox_config(api_key=api_key, api_url=api_url, task_name=task_name)
-        self._session = Session(settings)
+        self._session = Session(settings, keep_alive=self.config.keep_alive)
         self._files = SandboxFiles(self._session)
         self._task = task_name
+        self._registry: _Started | None = None
 
     @property
     def sandbox_id(self) -> str | None:
@@ -196,10 +233,20 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         return data.decode("utf-8") if text else data
 
     async def connection(self, *, user: str | None = None) -> SandboxConnection:
-        """Not available: Lizard sandboxes take commands through the API, not a terminal."""
-        raise NotImplementedError(
-            "Lizard sandboxes have no interactive connection; run commands with exec()."
-        )
+        """How a person reaches the sandbox: :mod:`inspect_lizard.shell`, a line-by-line shell.
+
+        Lizard sandboxes have no terminal to attach to; the command runs each line through the
+        API (no full-screen programs). Raises ``ConnectionError`` when the sandbox is not
+        running (not created yet, or destroyed).
+        """
+        if self._session.sandbox_id is None or self._session.destroyed:
+            raise ConnectionError("The Lizard sandbox is not running.")
+        command = command_for(self._session.sandbox_id, user=user, cwd=self.config.working_dir)
+        return SandboxConnection(type="lizard", command=command)
+
+    def default_polling_interval(self) -> float:
+        """Seconds between the polls of Inspect's ``exec_remote``: :data:`POLL_INTERVAL_S`."""
+        return POLL_INTERVAL_S
 
     # ── lifecycle ───────────────────────────────────────────────────────
 
@@ -222,7 +269,8 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         """Destroy the sandbox (idempotent), even when the calling task is being cancelled."""
         with anyio.CancelScope(shield=True), inspect_errors():
             await self._session.adestroy()
-        self._by_task.get(self._task or "", set()).discard(self)
+        if self._registry is not None:
+            self._registry.environments.discard(self)
 
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
@@ -248,7 +296,8 @@ class LizardSandboxEnvironment(SandboxEnvironment):
     ) -> dict[str, SandboxEnvironment]:
         """Create the sample's sandbox; a cancelled or failed create leaves none behind."""
         environment = cls(_lizard_config(config), task_name=task_name)
-        cls._by_task.setdefault(task_name, set()).add(environment)
+        environment._registry = _started()
+        environment._registry.environments.add(environment)
         try:
             await environment._create()
         except BaseException:
@@ -265,35 +314,64 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         environments: dict[str, SandboxEnvironment],
         interrupted: bool,
     ) -> None:
-        """Destroy the sample's sandbox, interrupted or not."""
-        await _close_all(e for e in environments.values() if isinstance(e, cls))
+        """Destroy the sample's sandbox, interrupted or not.
+
+        A destroy that fails is logged, not raised (the sample's result stands): the sandbox
+        stays recorded, and the run's ``task_cleanup("shutdown", ...)`` tries again.
+        """
+        with contextlib.suppress(ExceptionGroup):  # each failure is logged by _close_all
+            await _close_all(e for e in environments.values() if isinstance(e, cls))
 
     @classmethod
     async def task_cleanup(
         cls, task_name: str, config: SandboxEnvironmentConfigType | None, cleanup: bool
     ) -> None:
-        """Destroy what sample cleanup left of this task's sandboxes (unless told to keep)."""
-        left = cls._by_task.pop(task_name, set())
+        """Destroy what sample cleanup left of the run's sandboxes (unless told to keep them).
+
+        Inspect calls it with ``task_name="shutdown"`` once the run ends: every sandbox the
+        run still holds is destroyed (or, with ``cleanup=False``, logged as kept). Called with
+        a task's name, only that task's are.
+        """
+        registry = _started()
+        left = [e for e in registry.environments if task_name == "shutdown" or e._task == task_name]
         if not cleanup:
             for environment in left:
-                _log.warning("Kept Lizard sandbox %s running", environment.sandbox_id)
+                if environment.sandbox_id is not None:
+                    _log.warning(
+                        "Kept Lizard sandbox %s running (--no-sandbox-cleanup); destroy it with "
+                        "`inspect sandbox cleanup lizard %s`",
+                        environment.sandbox_id,
+                        environment.sandbox_id,
+                    )
+                registry.environments.discard(environment)
             return
-        with contextlib.suppress(ExceptionGroup):
+        with contextlib.suppress(ExceptionGroup):  # each failure is logged; the rest go on
             await _close_all(left)
 
     @classmethod
     async def cli_cleanup(cls, id: str | None) -> None:
-        """Destroy the running sandboxes tagged ``integration=inspect`` (or only ``id``)."""
+        """Destroy Inspect's sandboxes that runs left: this machine's, ``all``, or one ``id``.
+
+        With no id, only the sandboxes this machine's runs created (their ``integration_machine``
+        tag); with :data:`CLEANUP_ALL`, every Inspect sandbox of the project, teammates' runs in
+        progress included; with an id, that sandbox, if Inspect created it.
+        """
         settings = SandboxConfig.from_env(integration=INTEGRATION)
         with inspect_errors():
-            found = await afind_sandboxes(settings, {METADATA_INTEGRATION_KEY: INTEGRATION})
+            if id is None:
+                found = await afind_sandboxes(
+                    settings, integration=INTEGRATION, machine_id=settings.machine_id
+                )
+            else:
+                found = await afind_sandboxes(settings, integration=INTEGRATION)
             ids = [record.sandbox_id for record in found]
-            if id is not None:
+            if id is not None and id != CLEANUP_ALL:
                 if id not in ids:
                     raise ValueError(f"No running Lizard sandbox {id!r} was created by Inspect.")
                 ids = [id]
             destroyed = await adestroy_sandboxes(settings, ids)
-        print(f"Destroyed {len(destroyed)} Lizard sandbox(es): {' '.join(destroyed) or '-'}")
+        scope = "" if id is not None else " (this machine's; `all` for the whole project)"
+        print(f"Destroyed {len(destroyed)} Lizard sandbox(es){scope}: {' '.join(destroyed) or '-'}")
 
 
 async def _close_all(environments: Iterable[LizardSandboxEnvironment]) -> None:
@@ -302,7 +380,12 @@ async def _close_all(environments: Iterable[LizardSandboxEnvironment]) -> None:
         try:
             await environment.close()
         except Exception as error:
-            _log.warning("Could not destroy Lizard sandbox %s: %s", environment.sandbox_id, error)
+            _log.warning(
+                "Could not destroy Lizard sandbox %s (`inspect sandbox cleanup lizard %s` can): %s",
+                environment.sandbox_id,
+                environment.sandbox_id,
+                error,
+            )
             errors.append(error)
     if errors:
         raise ExceptionGroup("Destroying Lizard sandboxes failed", errors)

@@ -24,9 +24,20 @@ from inspect_ai.util import (
     SandboxEnvironmentLimits,
     SandboxUnavailableError,
 )
-from inspect_ai.util._sandbox.events import SandboxTimeoutError
 
 from lizard_core import errors as core
+
+try:  # Inspect's own class, so that its tools read truncated_output; private, hence guarded
+    from inspect_ai.util._sandbox.events import SandboxTimeoutError
+except ImportError:  # pragma: no cover - a future Inspect that moved it
+
+    class SandboxTimeoutError(TimeoutError):  # type: ignore[no-redef]
+        """A command past its timeout, with the output it wrote before (Inspect's shape)."""
+
+        def __init__(self, message: str, truncated_output: str | None = None) -> None:
+            super().__init__(message)
+            self.truncated_output = truncated_output
+
 
 __all__ = ["LizardSandboxError", "decode_output", "inspect_errors"]
 

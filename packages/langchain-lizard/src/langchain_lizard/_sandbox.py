@@ -10,9 +10,15 @@ lizard-local in ``tests/``, LangChain's standard sandbox suite included):
   leaves one it attached to (``sandbox_id=``, or a ``lizard.Sandbox`` as in 0.1.0) running;
   :meth:`kill` destroys either. A gone sandbox is ``SandboxUnavailableError``, never replaced.
 - **Commands**, one request each, run under ``/bin/sh`` with stderr joined to stdout, so the
-  output keeps the order it was written in; a non-zero exit is a result. A timeout returns the
-  partial output with exit code 124; passing the output limit returns the output kept with
-  ``truncated=True``. Output is never cut silently.
+  output keeps the order it was written in; a non-zero exit is a result. A timeout (default
+  30 minutes) returns the partial output with exit code 124; passing ``output_limit`` stops the
+  command and returns the head and tail of what was kept around a marker
+  (:func:`lizard_core.truncation.head_and_tail`), a note and ``truncated=True``. Output is never
+  cut silently. Deep Agents' capture offload (``enable_capture_offload``) is on: under its
+  middleware a large output is saved to a file in the sandbox and the model gets a preview
+  and the exit code.
+- **Lifetime.** A created sandbox lives ``lifetime_ms`` (default 30 minutes) from its last
+  use: keep-alive is on by default, so a long agent session keeps it and an idle one expires.
 - **Files.** One result per path, in input order: ``invalid_path`` for a relative path (no
   request), ``file_not_found``, ``is_directory``, ``permission_denied``; exact bytes; parents
   created; one request per small file. Gone sandboxes, rejected credentials and exhausted quotas
@@ -48,15 +54,19 @@ from lizard_core.files import SandboxFiles
 from lizard_core.sdk_sandbox import session_for_sdk_sandbox
 from lizard_core.session import Session
 from lizard_core.transfers import aread_each, awrite_each, read_each, write_each
+from lizard_core.truncation import head_and_tail, stopped_note
 
 from ._errors import file_error, sandbox_errors
 
-__all__ = ["DEFAULT_TEMPLATE", "DEFAULT_TIMEOUT", "LizardSandbox"]
+__all__ = ["DEFAULT_LIFETIME_MS", "DEFAULT_TEMPLATE", "DEFAULT_TIMEOUT", "LizardSandbox"]
 
 DEFAULT_TEMPLATE: Final = "interpreter"
 """The template 0.1.0's examples used: Python 3 and the data stack."""
-DEFAULT_TIMEOUT: Final = 60
-"""Seconds a command may run unless ``execute`` is given a timeout (0.1.0's default)."""
+DEFAULT_TIMEOUT: Final = 1800
+"""Seconds a command may run unless ``execute`` is given a timeout: 30 minutes, as the other
+adapters and Deep Agents' peers (0.1.0 had 60 s, too short for a build or a test suite)."""
+DEFAULT_LIFETIME_MS: Final = 1_800_000
+"""Lifetime of a created sandbox, from its last use (keep-alive is on): 30 minutes."""
 TIMEOUT_EXIT_CODE: Final = 124
 """The exit code of a command stopped at its timeout (as ``timeout(1)`` reports it)."""
 INTEGRATION: Final = "langchain"
@@ -105,14 +115,19 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         project_id: Lizard project id, slug or name (else ``LIZARD_PROJECT_ID``).
         template: Template of a created sandbox (default ``interpreter``).
         size: Machine size of a created sandbox (default: the platform's).
-        lifetime_ms: Lifetime of a created sandbox (default: lizard_core's 15 minutes).
+        lifetime_ms: Lifetime of a created sandbox (default 30 minutes, from its last use).
         envs: Environment variables of a created sandbox; nothing is copied from the host.
         metadata: Labels recorded on a created sandbox.
         internet_access: False creates the sandbox without internet.
         allowed_hosts: With no internet, the hosts that stay reachable.
-        keep_alive: Extend the sandbox's lifetime while it is used.
+        keep_alive: Extend the sandbox's lifetime while it is used (default True).
         output_limit: Bytes of output a command may produce before it is stopped.
     """
+
+    enable_capture_offload = True
+    """Deep Agents (where it has the option) saves a large output to a file in the sandbox and
+    gives the model a preview and the exit code; the sandbox has the shell and coreutils its
+    wrapper needs."""
 
     def __init__(
         self,
@@ -130,7 +145,7 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         metadata: Mapping[str, str] | None = None,
         internet_access: bool | None = None,
         allowed_hosts: Sequence[str] | None = None,
-        keep_alive: bool = False,
+        keep_alive: bool = True,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
     ) -> None:
         self._timeout = _check_timeout(timeout)
@@ -165,6 +180,8 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
             )
         else:
             creation["template"] = DEFAULT_TEMPLATE if template is None else template
+            if lifetime_ms is None:
+                creation["lifetime_ms"] = DEFAULT_LIFETIME_MS
             config = SandboxConfig.from_env(
                 api_key=api_key,
                 api_url=api_url,
@@ -322,5 +339,9 @@ def _stopped(error: CommandTimeoutError | OutputLimitError) -> ExecuteResponse:
         return ExecuteResponse(
             output=f"{output}\n{note}" if output else note, exit_code=TIMEOUT_EXIT_CODE
         )
-    note = f"[Output passed {error.limit} bytes: the command was stopped and its output cut.]"
-    return ExecuteResponse(output=f"{output}\n{note}", exit_code=None, truncated=True)
+    # The head and tail of what was kept: the model sees how it started and where it stopped.
+    return ExecuteResponse(
+        output=f"{head_and_tail(output)}\n{stopped_note(error.limit)}",
+        exit_code=None,
+        truncated=True,
+    )

@@ -8,13 +8,17 @@ ADK's own ``LocalEnvironment`` tests):
   ``initialize()`` afterwards starts over; both are idempotent. Use before ``initialize()`` or
   after ``close()`` is a ``RuntimeError``. A sandbox that expired or was killed raises
   ``SandboxGoneError`` and is never replaced (ADK's E2B environment would recreate it, files
-  lost); ``keep_alive`` extends the lifetime while the environment is used.
+  lost); ``keep_alive`` (on by default) extends the lifetime while the environment is used.
+  A ``close()`` whose destroy fails keeps the sandbox, so that ``close()`` can be retried.
 - **Commands.** ``/bin/sh -c`` in ``working_dir`` (created if missing), one request each; a
   non-zero exit is a result. ``timeout`` seconds (None: the platform's one-hour limit) stop the
   command's process group and return its output so far with ``timed_out`` and exit code -1,
-  as ADK's E2B environment does. Output is UTF-8 with invalid bytes replaced; past
-  ``output_limit`` bytes a stream raises ``OutputLimitError``, never a cut result. Cancelling
-  the task stops the command.
+  as ADK's E2B environment does. Output is UTF-8 with invalid bytes replaced, and goes to a
+  model: a stream over ``max_output_chars`` comes back as its head and tail around a marker
+  (:func:`lizard_core.truncation.head_and_tail`), with the exit code. Past ``output_limit``
+  bytes on a stream the command is stopped: the result has the head and tail of what was kept,
+  a note saying so and exit code -1; never an exception that would leave the model nothing.
+  Cancelling the task stops the command.
 - **Files.** Byte-exact, any size. Relative paths start at ``working_dir``; absolute ones may
   point anywhere in the sandbox, as in ADK's E2B and Daytona environments (the sandbox is the
   boundary). ``write_file`` creates parents and encodes text as UTF-8; text that cannot be
@@ -32,21 +36,35 @@ from typing import Final, Unpack
 from google.adk.environment import BaseEnvironment, ExecutionResult
 
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, arun_command
-from lizard_core.errors import CommandTimeoutError
+from lizard_core.errors import CommandTimeoutError, OutputLimitError
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_core.truncation import head_and_tail, stopped_note
 
 from ._sandbox import SandboxOptions, check_dir, make_session
 
-__all__ = ["DEFAULT_WORKING_DIR", "LizardEnvironment"]
+__all__ = ["DEFAULT_MAX_OUTPUT_CHARS", "DEFAULT_WORKING_DIR", "LizardEnvironment"]
 
 DEFAULT_WORKING_DIR: Final = "/home/user"
 """The sandbox user's home: where commands start and relative paths point."""
+DEFAULT_MAX_OUTPUT_CHARS: Final = 29_800
+"""Characters of a stream ``execute`` returns: ADK's Execute tool keeps the first 30,000 it is
+given, so a head and tail cut here, marker included, reaches the model whole."""
 TIMED_OUT_EXIT_CODE: Final = -1
+STOPPED_EXIT_CODE: Final = -1
+"""The exit code of a command stopped at ``output_limit`` (its own is lost)."""
 
 
 def _text(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
+
+
+def _check_limit(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be positive, not {value}")
+    return value
 
 
 class LizardEnvironment(BaseEnvironment):
@@ -62,14 +80,14 @@ class LizardEnvironment(BaseEnvironment):
         *,
         working_dir: str = DEFAULT_WORKING_DIR,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
         **options: Unpack[SandboxOptions],
     ) -> None:
         self._working_dir = check_dir("working_dir", working_dir)
-        if isinstance(output_limit, bool) or not isinstance(output_limit, int):
-            raise TypeError(f"output_limit must be an int, not {type(output_limit).__name__}")
-        if output_limit < 1:
-            raise ValueError(f"output_limit must be positive, not {output_limit}")
-        self._output_limit = output_limit
+        self._output_limit = _check_limit("output_limit", output_limit)
+        self._max_chars = _check_limit("max_output_chars", max_output_chars)
+        if self._max_chars < 2:
+            raise ValueError("max_output_chars must be at least 2")
         self._options = options
         make_session(options, template="base")  # validates every option now, with no I/O
         self._attached = options.get("sandbox_id") is not None
@@ -102,15 +120,19 @@ class LizardEnvironment(BaseEnvironment):
         self._is_initialized = True
 
     async def close(self) -> None:
-        """Destroy the sandbox, unless it was attached to; idempotent."""
-        session, self._session, self._files = self._session, None, None
+        """Destroy the sandbox, unless it was attached to; idempotent.
+
+        A destroy that fails raises and keeps the sandbox, so ``close()`` can be retried.
+        """
+        session = self._session
         self._is_initialized = False
         if session is None:
             return
         if self._attached:
             await session.aclose()
         else:
-            await session.adestroy()
+            await session.adestroy()  # raises, keeping the session, if the destroy fails
+        self._session, self._files = None, None
 
     def _ready(self) -> tuple[Session, SandboxFiles]:
         if self._session is None or self._files is None or not self._is_initialized:
@@ -144,11 +166,23 @@ class LizardEnvironment(BaseEnvironment):
         except CommandTimeoutError as error:
             return ExecutionResult(
                 exit_code=TIMED_OUT_EXIT_CODE,
-                stdout=_text(error.stdout),
-                stderr=_text(error.stderr),
+                stdout=self._for_model(error.stdout),
+                stderr=self._for_model(error.stderr),
                 timed_out=True,
             )
-        return ExecutionResult(result.exit_code, _text(result.stdout), _text(result.stderr))
+        except OutputLimitError as error:
+            note = stopped_note(error.limit)
+            return ExecutionResult(
+                exit_code=STOPPED_EXIT_CODE,
+                stdout=self._for_model(error.stdout),
+                stderr=f"{self._for_model(error.stderr)}\n{note}".lstrip("\n"),
+            )
+        return ExecutionResult(
+            result.exit_code, self._for_model(result.stdout), self._for_model(result.stderr)
+        )
+
+    def _for_model(self, data: bytes) -> str:
+        return head_and_tail(_text(data), self._max_chars)
 
     async def read_file(self, path: str | os.PathLike[str]) -> bytes:
         """The file's exact bytes; ``FileNotFoundError`` if it is missing."""

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from lizard_core.checks import package_version
 from lizard_core.config import BasicSandboxOptions, SandboxConfig
 from lizard_core.session import Session
 
-__all__ = ["INTEGRATION", "SandboxOptions", "check_dir", "make_session"]
+__all__ = ["DEFAULT_LIFETIME_MS", "INTEGRATION", "SandboxOptions", "check_dir", "make_session"]
 
+DEFAULT_LIFETIME_MS: Final = 1_800_000
+"""Lifetime of a sandbox, from its last use while ``keep_alive`` holds: 30 minutes."""
 INTEGRATION: Final = "adk"
 """The integration's name in the metadata of every sandbox it creates (0.1.1's tag too)."""
 
@@ -19,7 +21,8 @@ class SandboxOptions(BasicSandboxOptions, total=False):
     """Keyword arguments of every ``lizard_adk`` class; each is checked when it is built.
 
     ``api_key``, ``api_url``, ``project_id``, ``template`` (``base``, or ``interpreter`` with the
-    data stack), ``size`` and ``lifetime_ms`` (extended while in use with ``keep_alive``) are
+    data stack), ``size`` and ``lifetime_ms`` (default 30 minutes, extended while in use with
+    ``keep_alive``) are
     ``lizard_core``'s :class:`~lizard_core.config.BasicSandboxOptions`; the rest are ADK's own.
     """
 
@@ -29,6 +32,14 @@ class SandboxOptions(BasicSandboxOptions, total=False):
     """Attach to this running sandbox instead of creating one; it is left running at close."""
     keep_alive: bool
     """Extend the lifetime while in use (default True; one request per half lifetime at most)."""
+    region: str | None
+    """Region to run in, or None for the platform's default."""
+    metadata: Mapping[str, str] | None
+    """Labels of your own on the sandbox; the integration tags are added."""
+    internet_access: bool
+    """False: the sandbox has no internet access."""
+    allowed_hosts: Sequence[str] | None
+    """With no internet, the hosts that stay reachable (at most 50)."""
 
 
 def check_dir(name: str, value: object) -> str:
@@ -45,7 +56,7 @@ def make_session(options: Mapping[str, Any], **defaults: Any) -> Session:
     unknown = sorted(set(options) - set(SandboxOptions.__annotations__))
     if unknown:
         raise TypeError(f"unexpected keyword arguments: {', '.join(unknown)}")
-    merged = {"lifetime_ms": 900_000, **defaults, **options}
+    merged = {"lifetime_ms": DEFAULT_LIFETIME_MS, **defaults, **options}
     sandbox_id, keep_alive = merged.pop("sandbox_id", None), merged.pop("keep_alive", True)
     merged["envs"] = merged.pop("env_vars", None)
     config = SandboxConfig.from_env(

@@ -2,11 +2,14 @@
 
 Kept for 0.1 users (``lizard_adk.LizardPlugin`` and ``lizard_adk.plugin.LizardPlugin``); new
 code should prefer ``LizardEnvironment`` or ``LizardCodeExecutor``. Changed from 0.1.1 only
-where it was limited (``tests/test_plugin.py``): files of any size and content
-(``lizard_read_file`` gives ``content`` for UTF-8 text, else ``content_base64``;
-``lizard_write_file`` takes ``encoding="base64"``); ``command_timeout_ms`` has no 120 s cap, and
-a command or cell that passes it returns its output so far with ``timed_out: true``; any
-template (still ``interpreter`` by default) and the other sandbox options. Unchanged: register
+where it was limited (``tests/test_plugin.py``): files of any content (``lizard_read_file``
+gives ``content`` for UTF-8 text, else ``content_base64``, and refuses, in its answer, a file
+over ``max_read_bytes``, 1 MiB by default as in 0.1.1; ``lizard_write_file`` takes
+``encoding="base64"``); ``command_timeout_ms`` (default 30 minutes) has no 120 s cap, and a
+command or cell that passes it returns its output so far with ``timed_out: true``; output goes
+to the model as its head and tail around a marker past ``max_output_chars``, and a command
+stopped at ``output_limit`` bytes is a result that says so; any template (still ``interpreter``
+by default) and the other sandbox options; keep-alive on, as for every adapter. Unchanged: register
 ``get_tools()`` on the agent and the plugin on the ``App``; each invocation gets its own sandbox,
 created by its first tool call and destroyed when it ends; Python state lasts for the
 invocation; ``close()`` destroys what is left, keeps what it could not and may be retried.
@@ -15,8 +18,10 @@ invocation; ``close()`` destroys what is left, keeps what it could not and may b
 from __future__ import annotations
 
 import base64
+import contextlib
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, Unpack
+from typing import Any, Final, Unpack, cast
 
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.llm_agent import ToolUnion
@@ -25,17 +30,23 @@ from google.adk.tools.function_tool import FunctionTool
 from google.adk.tools.tool_context import ToolContext
 
 from lizard_core import Kernel
-from lizard_core.commands import arun_command
-from lizard_core.errors import CommandTimeoutError
+from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, arun_command
+from lizard_core.errors import CommandTimeoutError, OutputLimitError
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
+from lizard_core.truncation import MODEL_OUTPUT_LIMIT, head_and_tail, stopped_note
 
 from ._environment import DEFAULT_WORKING_DIR
 from ._sandbox import SandboxOptions, make_session
 
-__all__ = ["LizardPlugin"]
+__all__ = ["DEFAULT_COMMAND_TIMEOUT_MS", "DEFAULT_MAX_READ_BYTES", "LizardPlugin"]
 
-_DEFAULTS: dict[str, Any] = {"template": "interpreter", "size": "small", "keep_alive": False}
+DEFAULT_COMMAND_TIMEOUT_MS: Final = 1_800_000
+"""Milliseconds a command or cell may run: 30 minutes, as the other adapters."""
+DEFAULT_MAX_READ_BYTES: Final = 1024 * 1024
+"""Bytes of a file ``lizard_read_file`` hands the model (0.1.1's limit)."""
+
+_DEFAULTS: dict[str, Any] = {"template": "interpreter", "size": "small"}
 
 
 def _text(data: bytes) -> str:
@@ -52,21 +63,41 @@ class _Sandbox:
 class LizardPlugin(BasePlugin):
     """Give each ADK invocation shell, code and file tools in its own sandbox (0.1 interface).
 
-    Keyword arguments: ``command_timeout_ms`` (per command or cell; default 60 s) and the
+    Keyword arguments: ``command_timeout_ms`` (per command or cell; default 30 minutes),
+    ``max_read_bytes`` (largest file ``lizard_read_file`` returns; default 1 MiB),
+    ``max_output_chars`` (characters of an output stream the model gets, as head and tail),
+    ``output_limit`` (bytes of a stream after which a command is stopped) and the
     :class:`~lizard_adk.SandboxOptions` but ``sandbox_id`` (size ``small`` by default).
     """
 
-    def __init__(self, *, command_timeout_ms: int = 60_000, **options: Unpack[SandboxOptions]):
-        if isinstance(command_timeout_ms, bool) or not isinstance(command_timeout_ms, int):
-            raise TypeError("command_timeout_ms must be an int")
-        if command_timeout_ms <= 0:
-            raise ValueError("command_timeout_ms must be positive")
+    def __init__(
+        self,
+        *,
+        command_timeout_ms: int = DEFAULT_COMMAND_TIMEOUT_MS,
+        max_read_bytes: int = DEFAULT_MAX_READ_BYTES,
+        max_output_chars: int = MODEL_OUTPUT_LIMIT,
+        output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        **options: Unpack[SandboxOptions],
+    ):
+        for name, value in (
+            ("command_timeout_ms", command_timeout_ms),
+            ("max_read_bytes", max_read_bytes),
+            ("max_output_chars", max_output_chars),
+            ("output_limit", output_limit),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise TypeError(f"{name} must be an int")
+            if value <= 1:
+                raise ValueError(f"{name} must be more than 1")
         if "sandbox_id" in options:
             raise ValueError("LizardPlugin creates a sandbox per invocation; it cannot attach")
         self._options = options
         make_session(options, **_DEFAULTS)  # validates every option now, with no I/O
         super().__init__(name="lizard_sandboxes")
         self._timeout = command_timeout_ms / 1000
+        self._max_read = max_read_bytes
+        self._max_chars = max_output_chars
+        self._output_limit = output_limit
         self._sandboxes: dict[str, _Sandbox] = {}
         self._closed = False
 
@@ -101,15 +132,29 @@ class LizardPlugin(BasePlugin):
         """
         session = self._sandbox(tool_context).session
         try:
-            done = await arun_command(session, command, shell=True, cwd=cwd, timeout=self._timeout)
+            done = await arun_command(
+                session,
+                command,
+                shell=True,
+                cwd=cwd,
+                timeout=self._timeout,
+                output_limit=self._output_limit,
+            )
         except CommandTimeoutError as error:
-            out, err = _text(error.stdout), _text(error.stderr)
+            out, err = self._for_model(error.stdout), self._for_model(error.stderr)
             return {"stdout": out, "stderr": err, "exit_code": -1, "timed_out": True}
+        except OutputLimitError as error:
+            err = f"{self._for_model(error.stderr)}\n{stopped_note(error.limit)}".lstrip("\n")
+            return {"stdout": self._for_model(error.stdout), "stderr": err, "exit_code": -1}
         return {
-            "stdout": _text(done.stdout),
-            "stderr": _text(done.stderr),
+            "stdout": self._for_model(done.stdout),
+            "stderr": self._for_model(done.stderr),
             "exit_code": done.exit_code,
         }
+
+    def _for_model(self, data: bytes | str) -> str:
+        text = data if isinstance(data, str) else _text(data)
+        return head_and_tail(text, self._max_chars)
 
     async def lizard_execute_code(self, code: str, tool_context: ToolContext) -> dict[str, Any]:  # noqa: D417
         """Run Python code; variables persist within this invocation.
@@ -120,8 +165,8 @@ class LizardPlugin(BasePlugin):
         result = await self._sandbox(tool_context).kernel.aexecute(code, timeout=self._timeout)
         error = result.error
         answer: dict[str, Any] = {
-            "stdout": result.stdout,
-            "stderr": result.stderr,
+            "stdout": self._for_model(result.stdout),
+            "stderr": self._for_model(result.stderr),
             "results": [{"mime": m, "data": d} for r in result.results for m, d in r.data.items()],
             "error": None if error is None else {"name": error.name, "message": error.message},
         }
@@ -134,10 +179,29 @@ class LizardPlugin(BasePlugin):
     async def lizard_read_file(self, path: str, tool_context: ToolContext) -> dict[str, Any]:  # noqa: D417
         """Read a file: UTF-8 text comes as ``content``, other bytes as ``content_base64``.
 
+        A file too large to return gives an ``error`` instead; read parts of it with a command.
+
         Args:
             path: Absolute file path inside the sandbox.
         """
-        data = await self._sandbox(tool_context).files.aread_bytes(path)
+        files = self._sandbox(tool_context).files
+        pieces: list[bytes] = []
+        size = 0
+        # Read piece by piece, never holding more than the limit plus one piece.
+        reader = cast(AsyncGenerator[bytes, None], files.aiter_bytes(path))
+        async with contextlib.aclosing(reader) as chunks:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > self._max_read:
+                    return {
+                        "error": (
+                            f"{path} has more than {self._max_read} bytes, more than this tool "
+                            "returns; read a part of it with lizard_execute_command (head -c, "
+                            "tail -c, sed -n, grep)."
+                        )
+                    }
+                pieces.append(chunk)
+        data = b"".join(pieces)
         try:
             return {"content": data.decode("utf-8")}
         except UnicodeDecodeError:

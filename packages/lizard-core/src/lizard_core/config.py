@@ -24,8 +24,9 @@ Contract:
   would carry it into a sandbox or onto the platform. Nothing from the host environment other
   than the three variables above is read, and nothing is copied into a sandbox unless passed
   in ``envs``.
-- The metadata sent at create always carries the integration's name and version
-  (:attr:`SandboxConfig.sandbox_metadata`); callers cannot override those two keys.
+- The metadata sent at create always carries the integration's name and version, the run that
+  created the sandbox and the machine it ran on (:attr:`SandboxConfig.sandbox_metadata`,
+  :mod:`lizard_core.origin`); callers cannot override those four keys.
 - The configuration is immutable; :meth:`SandboxConfig.replace` returns a validated copy.
 """
 
@@ -42,6 +43,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from lizard_core._redact import Secret, register_secret
 from lizard_core.checks import check_str_map, package_version
+from lizard_core.origin import check_origin_id, machine_id, run_id
 
 __all__ = [
     "DEFAULT_API_URL",
@@ -51,6 +53,8 @@ __all__ = [
     "MAX_ALLOWED_HOSTS",
     "MAX_LIFETIME_MS",
     "METADATA_INTEGRATION_KEY",
+    "METADATA_MACHINE_KEY",
+    "METADATA_RUN_KEY",
     "METADATA_VERSION_KEY",
     "MIN_LIFETIME_MS",
     "SIZES",
@@ -91,7 +95,15 @@ METADATA_INTEGRATION_KEY: Final = "integration"
 METADATA_VERSION_KEY: Final = "integration_version"
 """Metadata key that carries the integration's version."""
 
-_RESERVED_METADATA_KEYS: Final = frozenset({METADATA_INTEGRATION_KEY, METADATA_VERSION_KEY})
+METADATA_RUN_KEY: Final = "integration_run"
+"""Metadata key that carries the id of the run (process) that created a sandbox."""
+
+METADATA_MACHINE_KEY: Final = "integration_machine"
+"""Metadata key that carries the id of the machine that created a sandbox."""
+
+_RESERVED_METADATA_KEYS: Final = frozenset(
+    {METADATA_INTEGRATION_KEY, METADATA_VERSION_KEY, METADATA_RUN_KEY, METADATA_MACHINE_KEY}
+)
 _LOOPBACK_NAMES: Final = frozenset({"localhost"})
 _TEMPLATE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
 _REGION: Final = re.compile(r"[a-z0-9][a-z0-9-]{0,63}")
@@ -252,6 +264,12 @@ class SandboxConfig:
     integration_version: str = LIZARD_CORE_VERSION
     """Version of the integration, recorded in every sandbox's metadata."""
 
+    run_id: str = field(default_factory=run_id)
+    """The run recorded in every sandbox's metadata: this process's, unless replaced."""
+
+    machine_id: str = field(default_factory=machine_id)
+    """The machine recorded in every sandbox's metadata: this one's, unless replaced."""
+
     def __post_init__(self) -> None:
         if not isinstance(self.api_key, Secret):
             raise TypeError("api_key must be a Secret; use SandboxConfig.from_env(api_key=...)")
@@ -324,6 +342,8 @@ class SandboxConfig:
         version = _require_str("integration_version", self.integration_version)
         if not _VERSION.fullmatch(version):
             raise ValueError(f"integration_version {version!r} is not a version string")
+        check_origin_id(self.run_id, name="run_id")
+        check_origin_id(self.machine_id, name="machine_id")
 
     @classmethod
     def from_env(
@@ -414,6 +434,8 @@ class SandboxConfig:
             **self.metadata,
             METADATA_INTEGRATION_KEY: self.integration,
             METADATA_VERSION_KEY: self.integration_version,
+            METADATA_RUN_KEY: self.run_id,
+            METADATA_MACHINE_KEY: self.machine_id,
         }
 
     def require_project(self) -> str:
@@ -465,7 +487,8 @@ class SandboxConfig:
             f"lifetime_ms={self.lifetime_ms!r}, region={self.region!r}, "
             f"metadata={dict(self.metadata)!r}, envs=<{len(self.envs)} set: {envs}>, "
             f"internet_access={self.internet_access!r}, allowed_hosts={self.allowed_hosts!r}, "
-            f"integration={self.integration!r}, integration_version={self.integration_version!r})"
+            f"integration={self.integration!r}, integration_version={self.integration_version!r}, "
+            f"run_id={self.run_id!r}, machine_id={self.machine_id!r})"
         )
 
     __str__ = __repr__

@@ -442,6 +442,12 @@ class AdapterContract:
     event_loop_backend: ClassVar[str] = "asyncio"
     """The anyio backend that runs ``async def`` fixtures' functions."""
 
+    replaces_gone_sandbox: ClassVar[str | None] = None
+    """Why the adapter replaces a sandbox it created that is gone (and tells the model its state
+    was lost) instead of raising. The rule then checks the replacement instead: the operation
+    succeeds in exactly one new sandbox, the gone one stays gone, and cleanup destroys the new
+    one."""
+
     # ── fixtures the adapter provides ──
 
     @pytest.fixture
@@ -795,6 +801,14 @@ class AdapterContract:
         """A sandbox killed under the adapter raises the framework's error; none replaces it."""
         before, adapter, sandbox_id = self._operated_adapter(lizard_local, adapter_kit)
         lizard_local.expire(sandbox_id)
+        if self.replaces_gone_sandbox is not None:
+            self._call(adapter_kit.operate, adapter)
+            new = set(lizard_local.sandboxes()) - before
+            assert len(new) == 1, f"expected one replacement sandbox, found {sorted(new)}"
+            assert sandbox_id not in new
+            self._call(adapter_kit.cleanup, adapter)
+            assert set(lizard_local.sandboxes()) == before
+            return
         with pytest.raises(adapter_kit.errors.sandbox_gone) as caught:
             self._call(adapter_kit.operate, adapter)
         assert set(lizard_local.sandboxes()) == before, "a replacement sandbox was created"
