@@ -512,6 +512,22 @@ def test_remove_deletes_files_trees_and_links_themselves(
     assert files.list_dir(scratch) == []
 
 
+def test_remove_without_recursion_removes_files_and_refuses_directories(
+    files: SandboxFiles, scratch: str, api_requests: Any
+) -> None:
+    files.write_bytes(f"{scratch}/dir/file", b"x")
+    api_requests.reset()
+    files.remove(f"{scratch}/dir/file", recursive=False)
+    assert api_requests.counts() == {EXEC: 1}
+    with pytest.raises(IsADirectoryError):
+        files.remove(f"{scratch}/dir", recursive=False)
+    with pytest.raises(FileNotFoundError):
+        files.remove(f"{scratch}/dir/file", recursive=False)
+    with pytest.raises(TypeError):
+        files.remove(f"{scratch}/dir", recursive=1)  # type: ignore[arg-type]
+    assert files.list_dir(scratch)[0].name == "dir"
+
+
 def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(
     module_session: Any, scratch: str
 ) -> None:

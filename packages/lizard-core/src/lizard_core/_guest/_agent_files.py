@@ -125,7 +125,10 @@ def op_mkdir(req: Frame) -> Frame:
 
 
 def op_remove(req: Frame) -> Frame:
-    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths."""
+    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths.
+
+    With ``tree`` false a directory is not removed: ``unlink`` raises IsADirectoryError.
+    """
     path = req["path"].rstrip("/") or "/"
     head, name = os.path.split(path)
     if name not in ("", ".", "..") and os.path.islink(path):
@@ -136,7 +139,7 @@ def op_remove(req: Frame) -> Frame:
         if canonical == protected or protected.startswith(canonical.rstrip("/") + "/"):
             return {"refused": canonical}
     # Remove the checked path itself, not a spelling of it that could resolve differently.
-    if stat.S_ISDIR(os.lstat(canonical).st_mode):
+    if stat.S_ISDIR(os.lstat(canonical).st_mode) and req.get("tree", True):
         import shutil
 
         shutil.rmtree(canonical)
