@@ -404,7 +404,7 @@ class SandboxFiles:
             )
 
     def _remove(self, sandbox: Any, path: str, recursive: bool = True) -> None:
-        request = {"op": "remove", "path": path, "protect": list(self._protected)}
+        request: dict[str, Any] = {"op": "remove", "path": path, "protect": list(self._protected)}
         if not recursive:
             request["tree"] = False
         final = self._op(sandbox, request)
