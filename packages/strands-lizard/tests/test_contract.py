@@ -1,7 +1,7 @@
-"""The shared adapter contract (``lizard_local.contract``) for ``LizardTool``.
+"""The shared adapter contract (``lizard_local.contract``) for ``LizardSandbox``.
 
-The async face is the one under test: cancelling ``arun``'s task must stop the command. A tool
-for a blocking framework passes ``run`` and ``close`` instead (Ctrl-C is then the cancellation).
+The async face is the one under test: cancelling the task that consumes
+``execute_streaming`` must stop the command.
 """
 
 from __future__ import annotations
@@ -11,28 +11,31 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from strands.sandbox import ExecutionResult
 
 from lizard_local.contract import AdapterContract, ExpectedErrors
-from strands_lizard import CommandOutput, LizardTool
-from strands_lizard._errors import LizardToolError, SandboxUnavailableError
+from strands_lizard import LizardSandbox, LizardSandboxError, SandboxUnavailableError
 
 
-def make_tool(**kwargs: Any) -> LizardTool:
-    return LizardTool(lifetime_ms=300_000, **kwargs)
+def make_sandbox(**kwargs: Any) -> LizardSandbox:
+    return LizardSandbox(lifetime_ms=300_000, **kwargs)
 
 
-async def run_python(tool: LizardTool, code: str) -> CommandOutput:
-    return await tool.arun(f"python3 -c {shlex.quote(code)}")
+async def run_python(sandbox: LizardSandbox, code: str) -> ExecutionResult:
+    async for item in sandbox.execute_streaming(f"python3 -c {shlex.quote(code)}"):
+        if isinstance(item, ExecutionResult):
+            return item
+    raise AssertionError("no ExecutionResult")
 
 
-async def close(tool: LizardTool) -> None:
-    await tool.aclose()
+async def close(sandbox: LizardSandbox) -> None:
+    await sandbox.aclose()
 
 
-class TestLizardToolContract(AdapterContract):
+class TestLizardSandboxContract(AdapterContract):
     @pytest.fixture
     def make_adapter(self) -> Callable[..., Any]:
-        return make_tool
+        return make_sandbox
 
     @pytest.fixture
     def run_python(self) -> Callable[[Any, str], object]:
@@ -47,5 +50,5 @@ class TestLizardToolContract(AdapterContract):
         return ExpectedErrors(
             sandbox_gone=SandboxUnavailableError,
             credentials_rejected=SandboxUnavailableError,
-            transient=LizardToolError,
+            transient=LizardSandboxError,
         )

@@ -104,7 +104,9 @@ async def test_long_output_without_newlines_and_invalid_utf8_arrive_whole(
     assert result.stdout == "x" * 300_000 + "\ufffd"
 
 
-async def test_output_past_the_limit_is_an_error_with_head_and_tail(lizard_local: LocalServer) -> None:
+async def test_output_past_the_limit_is_an_error_with_head_and_tail(
+    lizard_local: LocalServer,
+) -> None:
     async with LizardSandbox(output_limit=100_000, lifetime_ms=120_000) as sandbox:
         with pytest.raises(LizardSandboxError) as caught:
             await sandbox.execute("echo first; yes middle | head -c 500000; echo")
@@ -126,8 +128,10 @@ async def test_chunks_are_yielded_as_the_command_runs(shared: LizardSandbox) -> 
         items.append(item)
     chunks, result = items[:-1], items[-1]
     assert isinstance(result, ExecutionResult)
-    assert "".join(c.data for c in chunks) == result.stdout == "".join(
-        f"tick {i}\n" for i in range(1, 11)
+    assert (
+        "".join(c.data for c in chunks)
+        == result.stdout
+        == "".join(f"tick {i}\n" for i in range(1, 11))
     )
     # The issue's figure is 0.5 s (the bench measures it); here a bound a loaded machine meets.
     assert arrivals[0] < 1.5
@@ -178,7 +182,7 @@ async def test_closing_the_generator_early_stops_the_command(shared: LizardSandb
 async def test_code_runs_in_the_named_interpreter(shared: LizardSandbox, scratch: str) -> None:
     code = "import os\nprint('it\\'s \"quoted\" \\\\ and', os.getcwd())\n"
     result = await shared.execute_code(code, "python3", cwd=scratch)
-    assert result == ExecutionResult(0, f"it's \"quoted\" \\ and {scratch}\n", "")
+    assert result == ExecutionResult(0, f'it\'s "quoted" \\ and {scratch}\n', "")
     shell = await shared.execute_code('echo "$0" from sh', "sh")
     assert shell.stdout == "sh from sh\n"
 
@@ -209,7 +213,9 @@ async def test_large_code_goes_through(shared: LizardSandbox) -> None:
 # ── files ────────────────────────────────────────────────────────────────
 
 
-async def test_write_then_read_binary_unicode_and_empty(shared: LizardSandbox, scratch: str) -> None:
+async def test_write_then_read_binary_unicode_and_empty(
+    shared: LizardSandbox, scratch: str
+) -> None:
     blob = bytes(range(256)) * 4 + b"\0end"
     await shared.write_file(f"{scratch}/deep/er/blob.bin", blob)
     assert await shared.read_file(f"{scratch}/deep/er/blob.bin") == blob
@@ -250,7 +256,9 @@ async def test_remove_file_removes_a_file_and_refuses_a_directory(
     assert await shared.list_files(f"{scratch}/dir") == []
 
 
-async def test_list_files_reports_names_kinds_and_sizes(shared: LizardSandbox, scratch: str) -> None:
+async def test_list_files_reports_names_kinds_and_sizes(
+    shared: LizardSandbox, scratch: str
+) -> None:
     await shared.write_file(f"{scratch}/b.txt", b"12345")
     await shared.write_file(f"{scratch}/.hidden", b"")
     await shared.write_file(f"{scratch}/a/inner", b"")

@@ -1,4 +1,4 @@
-"""The one place that maps ``lizard_core`` errors onto what Strands expects.
+r"""The one place that maps ``lizard_core`` errors onto what Strands expects.
 
 - A command or cell stopped at its timeout: Strands' ``SandboxTimeoutError`` (a ``TimeoutError``)
   with the partial output in ``stdout`` and ``stderr``, which Strands' tools hand to the model.
@@ -61,8 +61,10 @@ def excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
 
 
 def timeout_error(seconds: float | None, stdout: str, stderr: str) -> SandboxTimeoutError:
-    """Strands' timeout error with the partial output (set as attributes: Strands before 1.58
-    took only the seconds)."""
+    """Strands' timeout error with the partial output.
+
+    Set as attributes: before 1.58, Strands' error took only the seconds.
+    """
     error = SandboxTimeoutError(seconds)
     error.stdout, error.stderr = stdout, stderr
     return error
@@ -77,7 +79,11 @@ def sandbox_errors() -> Iterator[None]:
         raise timeout_error(error.timeout, decode(error.stdout), decode(error.stderr)) from error
     except core.OutputLimitError as error:
         stdout, stderr = decode(error.stdout), decode(error.stderr)
-        shown = "\n".join(f"{name}:\n{excerpt(text)}" for name, text in (("stdout", stdout), ("stderr", stderr)) if text)
+        shown = "\n".join(
+            f"{name}:\n{excerpt(text)}"
+            for name, text in (("stdout", stdout), ("stderr", stderr))
+            if text
+        )
         raise LizardSandboxError(f"{error}\n{shown}", stdout=stdout, stderr=stderr) from error
     except core.LizardIntegrationError as error:
         failure = describe_failure(error, failed="The Lizard sandbox operation failed")

@@ -34,8 +34,8 @@ from __future__ import annotations
 import codecs
 import errno
 import posixpath
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any, Final, Unpack
 
 from strands.sandbox import ExecutionResult, FileInfo, OutputFile, Sandbox, StreamChunk
@@ -109,7 +109,9 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         if sandbox_id is not None and (given := [k for k in _CREATION_ONLY if k in options]):
             raise ValueError(f"{', '.join(given)} apply only to a sandbox this object creates")
         config = SandboxConfig.from_env(
-            **options, integration=INTEGRATION, integration_version=package_version("strands-lizard")
+            **options,
+            integration=INTEGRATION,
+            integration_version=package_version("strands-lizard"),
         )
         self._session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
         self._files = SandboxFiles(self._session)
@@ -286,7 +288,7 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         return [FileInfo(name=e.name, is_dir=e.is_dir, size=e.size) for e in entries]
 
 
-async def _relay(stream: OutputStream[Any]) -> AsyncIterator[StreamChunk | ExecutionResult]:
+async def _relay(stream: OutputStream[Any]) -> AsyncGenerator[StreamChunk | ExecutionResult, None]:
     """A command's chunks as Strands' ``StreamChunk``s (UTF-8 decoded across chunk boundaries)."""
     decoders = {s: codecs.getincrementaldecoder("utf-8")("replace") for s in ("stdout", "stderr")}
     async with stream:
@@ -304,8 +306,8 @@ async def _relay(stream: OutputStream[Any]) -> AsyncIterator[StreamChunk | Execu
 
 async def _relay_cell(
     stream: OutputStream[core_kernel.ExecutionResult], limit: float
-) -> AsyncIterator[StreamChunk | ExecutionResult]:
-    """A kernel cell's output as ``StreamChunk``\\ s, then its outcome as a process would give it."""
+) -> AsyncGenerator[StreamChunk | ExecutionResult, None]:
+    """A kernel cell's output as chunks, then its outcome as a process would give it."""
     async with stream:
         with sandbox_errors():
             async for chunk in stream:

@@ -16,7 +16,7 @@ from strands.vended_tools.file_editor.file_editor import DEFAULT_FILE_EDITOR_DES
 try:
     from strands.vended_tools.shell import make_shell
 except ImportError:  # Strands before the shell tool's rename
-    from strands.vended_tools.bash import make_bash as make_shell  # type: ignore[no-redef]
+    from strands.vended_tools.bash import make_bash as make_shell  # type: ignore[no-redef,import-not-found,unused-ignore]
 
 if TYPE_CHECKING:
     from strands.sandbox import Sandbox
@@ -42,7 +42,7 @@ PYTHON_STATEFUL: Final = (
 
 
 def vended_tools(sandbox: Sandbox, *, stateful_python: bool) -> list[AgentTool]:
-    """``sandbox_shell``, ``sandbox_file_editor`` and (where Strands has it) ``sandbox_python_repl``."""
+    """``sandbox_shell``, ``sandbox_file_editor`` and ``sandbox_python_repl`` (Strands 1.60+)."""
     where = f" {WHERE}, working directory {getattr(sandbox, 'working_dir', '/')}."
     tools: list[AgentTool] = [
         make_file_editor(
