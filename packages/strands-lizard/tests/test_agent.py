@@ -52,8 +52,7 @@ async def test_an_agent_runs_a_command_and_reads_a_file_in_the_sandbox(
         assert str(result).strip() == "The file has three lines."
         results = model.tool_results()
         assert all(r["status"] == "success" for r in results.values()), results
-        assert '"exit_code": 0' in _text(results["t1"])
-        assert "Linux" in _text(results["t1"])
+        assert json.loads(_text(results["t1"]))["output"] == "Linux\n"
         assert "1  a" in _text(results["t2"])
         assert "3  c" in _text(results["t2"])
         assert _text(results["t3"]) == "3"
@@ -64,16 +63,20 @@ async def test_an_agent_runs_a_command_and_reads_a_file_in_the_sandbox(
 async def test_concurrent_tool_calls_and_a_sub_agent_share_one_sandbox(
     lizard_local: LocalServer, requests: Requests
 ) -> None:
-    from strands.vended_tools import shell
+    try:
+        from strands.vended_tools import shell
+    except ImportError:  # Strands before the rename of bash to shell
+        from strands.vended_tools import bash as shell  # type: ignore[attr-defined]
+    name = shell.tool_name  # the tool that reads context.agent.sandbox at call time
 
     parent_model = ScriptedModel(
         [
-            [tool_use("shell", f"c{i}", command=f"echo {i} >> /tmp/calls") for i in range(4)],
+            [tool_use(name, f"c{i}", command=f"echo {i} >> /tmp/calls") for i in range(4)],
             [{"text": "done"}],
         ]
     )
     child_model = ScriptedModel(
-        [[tool_use("shell", "s1", command="wc -l < /tmp/calls")], [{"text": "counted"}]]
+        [[tool_use(name, "s1", command="wc -l < /tmp/calls")], [{"text": "counted"}]]
     )
     async with LizardSandbox(lifetime_ms=120_000) as sandbox:
         parent = Agent(model=parent_model, sandbox=sandbox, tools=[shell], callback_handler=None)

@@ -15,6 +15,7 @@ r"""The one place that maps ``lizard_core`` errors onto what Strands expects.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Final
@@ -26,6 +27,8 @@ from lizard_core.failures import describe_failure
 
 __all__ = ["LizardSandboxError", "SandboxUnavailableError", "decode", "sandbox_errors"]
 
+_TIMEOUT_CARRIES_OUTPUT: Final = "stdout" in inspect.signature(SandboxTimeoutError).parameters
+"""Strands 1.58+: its tools show the model a timeout's partial output themselves."""
 EXCERPT_CHARS: Final = 2000
 """Characters of each end of the output an error message shows."""
 
@@ -63,11 +66,19 @@ def excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
 def timeout_error(seconds: float | None, stdout: str, stderr: str) -> SandboxTimeoutError:
     """Strands' timeout error with the partial output.
 
-    Set as attributes: before 1.58, Strands' error took only the seconds.
+    Before 1.58 Strands' error took only the seconds and its tools showed the model only the
+    message: there the message carries the output's head and tail too.
     """
     error = SandboxTimeoutError(seconds)
+    if not _TIMEOUT_CARRIES_OUTPUT:
+        error.args = (f"{error}\n{_shown(stdout, stderr)}".rstrip(),)
     error.stdout, error.stderr = stdout, stderr
     return error
+
+
+def _shown(stdout: str, stderr: str) -> str:
+    parts = (("stdout", stdout), ("stderr", stderr))
+    return "\n".join(f"{name}:\n{excerpt(text)}" for name, text in parts if text)
 
 
 @contextmanager
@@ -79,12 +90,8 @@ def sandbox_errors() -> Iterator[None]:
         raise timeout_error(error.timeout, decode(error.stdout), decode(error.stderr)) from error
     except core.OutputLimitError as error:
         stdout, stderr = decode(error.stdout), decode(error.stderr)
-        shown = "\n".join(
-            f"{name}:\n{excerpt(text)}"
-            for name, text in (("stdout", stdout), ("stderr", stderr))
-            if text
-        )
-        raise LizardSandboxError(f"{error}\n{shown}", stdout=stdout, stderr=stderr) from error
+        message = f"{error}\n{_shown(stdout, stderr)}".rstrip()
+        raise LizardSandboxError(message, stdout=stdout, stderr=stderr) from error
     except core.LizardIntegrationError as error:
         failure = describe_failure(error, failed="The Lizard sandbox operation failed")
         if failure.lasting:
