@@ -26,6 +26,7 @@ __all__ = [
     "LIMIT",
     "LIMIT_TARGETS",
     "OPERATIONS",
+    "OURS_ONLY",
     "PROBES",
     "QUICK_OPERATIONS",
     "REQUEST_TARGETS",
@@ -40,7 +41,10 @@ __all__ = [
     "repetitions",
 ]
 
-Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit"]
+Kind = Literal["workspace", "executor", "inspect", "adk", "deepagents", "strands", "probe", "limit"]
+
+OURS_ONLY: Final = ("probe", "limit", "strands")
+"""Kinds measured on our side only: no adapter, or none in the 0.1.x packages (strands-lizard)."""
 
 
 @dataclass(frozen=True)
@@ -98,6 +102,12 @@ OPERATIONS: Final = (
     Operation("deepagents_execute", "Deep Agents `execute('true')`", "deepagents"),
     Operation("deepagents_upload_1k", "Deep Agents `upload_files`, 1 KiB", "deepagents"),
     Operation("deepagents_download_1k", "Deep Agents `download_files`, 1 KiB", "deepagents"),
+    Operation("strands_execute", "Strands `execute('true')`", "strands"),
+    Operation(
+        "strands_first_chunk",
+        "Strands `execute_streaming`: first chunk of a line every 200 ms for 2 s",
+        "strands",
+    ),
 )
 
 PROBES: Final = (
@@ -194,6 +204,8 @@ REQUEST_TARGETS: Final = (
     "inspect_exec",
     "inspect_write_1k",
     "inspect_read_1k",
+    "strands_execute",
+    "strands_first_chunk",
 )
 """Operations that must cost this repository's packages at most one request."""
 
