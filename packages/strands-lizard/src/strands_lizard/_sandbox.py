@@ -15,7 +15,7 @@ Contract (proven against lizard-local in ``tests/``, through Strands' ``Agent`` 
   by ``language`` (checked against Strands' pattern), as Strands' shell sandboxes do. With
   ``stateful_python=True``, ``python`` / ``python3`` code runs in one persistent kernel instead:
   variables, imports and functions live on between calls (the value of a last expression is
-  printed, images come back as ``output_files``).
+  printed, images come back as ``output_files``); a call given a ``cwd`` runs a fresh process.
 - **Timeouts** raise Strands' ``SandboxTimeoutError`` with the partial output; ``env`` names
   that are not POSIX names raise ``ValueError``. Output past ``output_limit`` is an error with
   its head and tail, never a short success.
@@ -140,22 +140,22 @@ class LizardSandbox(Sandbox, ClosesOnExit):
     def close(self) -> None:
         """Destroy the sandbox if this object created it, else stop using it; idempotent."""
         with sandbox_errors():
-            if self._kernel is not None and self._kernel_used and not self._session.created:
-                self._kernel.close()
             if self._session.created:
                 self._session.destroy()
-            else:
-                self._session.close()
+                return
+            if self._kernel is not None and self._kernel_used:
+                self._kernel.close()  # an attached sandbox lives on: stop the kernel daemon
+            self._session.close()
 
     async def aclose(self) -> None:
         """Async :meth:`close`."""
         with sandbox_errors():
-            if self._kernel is not None and self._kernel_used and not self._session.created:
-                await self._kernel.aclose()
             if self._session.created:
                 await self._session.adestroy()
-            else:
-                await self._session.aclose()
+                return
+            if self._kernel is not None and self._kernel_used:
+                await self._kernel.aclose()
+            await self._session.aclose()
 
     def kill(self) -> None:
         """Destroy the sandbox, whoever created it; idempotent."""

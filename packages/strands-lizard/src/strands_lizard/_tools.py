@@ -23,27 +23,19 @@ if TYPE_CHECKING:
 
 __all__ = ["vended_tools"]
 
-WHERE: Final = "They run in a Lizard sandbox (a Firecracker microVM)"
-
 SHELL: Final = (
     "Executes a shell command with /bin/sh and returns its output (stdout), error (stderr) and "
-    "exit_code (non-zero means the command failed). Each call runs in a fresh shell; variables "
-    "and the working directory do not persist, files do."
+    "exit_code. Each call runs in a fresh shell: variables and the directory do not persist."
 )
-PYTHON_FRESH: Final = (
-    "Executes Python code and returns output (stdout), error (stderr) and exit_code. Each call "
-    "runs in a fresh interpreter: save results to files when later calls need them. Use print()."
-)
-PYTHON_STATEFUL: Final = (
-    "Executes Python code in a persistent interpreter and returns output (stdout), error "
-    "(stderr, with the traceback) and exit_code. Variables, imports and functions persist "
-    "between calls; the value of a final expression is printed."
+STATEFUL: Final = (
+    "Executes Python code in a persistent interpreter and returns output (stdout), error (stderr, "
+    "the traceback) and exit_code. Variables and imports persist; a final expression is printed."
 )
 
 
 def vended_tools(sandbox: Sandbox, *, stateful_python: bool) -> list[AgentTool]:
     """``sandbox_shell``, ``sandbox_file_editor`` and ``sandbox_python_repl`` (Strands 1.60+)."""
-    where = f" {WHERE}, working directory {getattr(sandbox, 'working_dir', '/')}."
+    where = f" It runs in a Lizard sandbox (a microVM), in {getattr(sandbox, 'working_dir', '/')}."
     tools: list[AgentTool] = [
         make_file_editor(
             sandbox=sandbox,
@@ -56,10 +48,10 @@ def vended_tools(sandbox: Sandbox, *, stateful_python: bool) -> list[AgentTool]:
         from strands.vended_tools.python_repl import make_python_repl
     except ImportError:  # Strands before 1.60
         return tools
-    description = PYTHON_STATEFUL if stateful_python else PYTHON_FRESH
+    from strands.vended_tools.python_repl.types import PYTHON_REPL_DESCRIPTION
+
+    description = (STATEFUL if stateful_python else PYTHON_REPL_DESCRIPTION) + where
     tools.append(
-        make_python_repl(
-            sandbox=sandbox, name="sandbox_python_repl", description=f"{description}{where}"
-        )
+        make_python_repl(sandbox=sandbox, name="sandbox_python_repl", description=description)
     )
     return tools
