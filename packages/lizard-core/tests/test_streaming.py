@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import signal
+import threading
 import time
 from typing import Any
 
@@ -131,6 +133,25 @@ def test_closing_a_stream_early_stops_the_command(module_session: Session, marke
         assert next(stream).data == b"go\n"
     assert not _running(module_session, marker)
     assert list(stream) == []
+
+
+def test_ctrl_c_while_iterating_stops_the_command(module_session: Session, marker: str) -> None:
+    # Python leaves SIGINT ignored when it started ignored (a shell's background job): install
+    # Ctrl-C's own handler for the test's duration.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    main = threading.get_ident()
+    stream = stream_command(module_session, ["sh", "-c", f"echo go; {marker}"])
+
+    def read() -> None:
+        for _ in stream:  # the first chunk arms Ctrl-C; the next read waits until it lands
+            threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT)).start()
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            read()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert not _running(module_session, marker)
 
 
 def test_trio_consumes_a_stream(module_session: Session) -> None:
