@@ -38,7 +38,7 @@ import os
 import posixpath
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -492,7 +492,7 @@ class SandboxFiles:
         path = _check_path(path)
         return await self._arun(self._read_bytes, path)
 
-    async def aiter_bytes(self, path: str) -> AsyncIterator[bytes]:
+    async def aiter_bytes(self, path: str) -> AsyncGenerator[bytes, None]:
         """Async :meth:`iter_bytes`: each piece is fetched in a worker thread."""
         path = _check_path(path)
         sandbox = await self._session.asandbox()

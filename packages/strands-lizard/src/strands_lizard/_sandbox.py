@@ -257,12 +257,12 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         target = self._path(path)
         data = bytearray()
         with sandbox_errors():
-            async for piece in self._files.aiter_bytes(target):
-                if len(data) + len(piece) > self._max_file_bytes:
-                    raise OSError(
-                        errno.EFBIG, f"larger than max_file_bytes ({self._max_file_bytes})", target
-                    )
-                data += piece
+            async with aclosing(self._files.aiter_bytes(target)) as pieces:
+                async for piece in pieces:
+                    if len(data) + len(piece) > self._max_file_bytes:
+                        too_big = f"larger than max_file_bytes ({self._max_file_bytes})"
+                        raise OSError(errno.EFBIG, too_big, target)
+                    data += piece
         return bytes(data)
 
     async def write_file(self, path: str, content: bytes, **kwargs: Any) -> None:
