@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from conftest import CREATE, Requests
 from scripted_model import ScriptedModel, tool_use
 from strands import Agent, ToolContext, tool
@@ -106,3 +107,23 @@ async def test_a_timeout_reaches_the_model_with_the_partial_output(
     assert result["status"] == "error"
     assert "timed out" in _text(result)
     assert "partial" in _text(result)
+
+
+async def test_the_vended_python_repl_keeps_state_with_stateful_python(
+    lizard_local: LocalServer,
+) -> None:
+    model = ScriptedModel(
+        [
+            [tool_use("sandbox_python_repl", "p1", code="rows = [1, 2, 3]")],
+            [tool_use("sandbox_python_repl", "p2", code="print(sum(rows))")],
+            [{"text": "6"}],
+        ]
+    )
+    async with LizardSandbox(stateful_python=True, lifetime_ms=120_000) as sandbox:
+        agent = Agent(model=model, sandbox=sandbox, callback_handler=None)
+        if "sandbox_python_repl" not in agent.tool_names:
+            pytest.skip("this Strands has no python_repl tool (added in 1.60)")
+        await agent.invoke_async("sum the rows")
+    result = model.tool_results()["p2"]
+    assert result["status"] == "success"
+    assert json.loads(_text(result)) == {"output": "6\n", "error": "", "exit_code": 0}
