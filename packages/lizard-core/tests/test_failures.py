@@ -7,7 +7,7 @@ from lizard_core.errors import (
     SandboxGoneError,
     TransientError,
 )
-from lizard_core.failures import Failure, describe_failure
+from lizard_core.failures import Failure, describe_failure, output_excerpt
 
 FAILED = "The operation failed"
 
@@ -55,3 +55,11 @@ def test_an_exhausted_quota_is_lasting_and_names_where_to_resolve_it(url, expect
 def test_anything_else_may_pass_and_opens_with_what_failed(error):
     failure = describe_failure(error, failed=FAILED)
     assert failure == Failure(f"{FAILED}: {error}", lasting=False)
+
+
+def test_an_output_excerpt_keeps_short_text_whole_and_long_text_s_ends() -> None:
+    assert output_excerpt("short") == "short"
+    assert output_excerpt("ab" * 10, chars=10) == "ab" * 10
+    text = "HEAD" + "x" * 1000 + "TAIL"
+    cut = output_excerpt(text, chars=10)
+    assert cut == "HEADxxxxxx\n[... 988 characters left out ...]\nxxxxxxTAIL"

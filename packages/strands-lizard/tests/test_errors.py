@@ -7,7 +7,7 @@ from strands.sandbox.errors import SandboxTimeoutError
 
 from lizard_core import errors as core
 from strands_lizard import LizardSandboxError, SandboxUnavailableError
-from strands_lizard._errors import excerpt, sandbox_errors
+from strands_lizard._errors import sandbox_errors
 
 
 @pytest.mark.parametrize(
@@ -48,10 +48,6 @@ def test_the_output_limit_shows_head_and_tail_and_keeps_the_output() -> None:
     assert "tail" in message
     assert "characters left out" in message
     assert len(message) < 5000
-
-
-def test_excerpt_keeps_short_text_whole() -> None:
-    assert excerpt("short") == "short"
 
 
 def test_a_rejected_key_gets_a_fixed_message() -> None:

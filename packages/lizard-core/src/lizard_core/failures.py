@@ -9,6 +9,9 @@ Contract:
   (transient API failures above all): the adapter raises its "this call failed" error.
 - No message holds the API key: a rejected key gets a fixed text, every other message is the
   error's own text, which ``lizard_core`` has redacted already.
+- :func:`output_excerpt` is what a message shows of a command's output (a model may read only the
+  message): all of it when short, else its head and tail around a marker saying how much was
+  left out, never nothing and never a silent cut.
 
 Adapters whose framework words these failures its own way keep their own mapping; this is the
 wording of those that do not (and of every adapter made from the template).
@@ -16,7 +19,7 @@ wording of those that do not (and of every adapter made from the template).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Final, NamedTuple
 
 from lizard_core.errors import (
     CredentialsError,
@@ -25,7 +28,10 @@ from lizard_core.errors import (
     SandboxGoneError,
 )
 
-__all__ = ["Failure", "describe_failure"]
+__all__ = ["EXCERPT_CHARS", "Failure", "describe_failure", "output_excerpt"]
+
+EXCERPT_CHARS: Final = 2000
+"""Characters of each end of a long output that :func:`output_excerpt` keeps."""
 
 
 class Failure(NamedTuple):
@@ -63,3 +69,11 @@ def describe_failure(error: LizardIntegrationError, *, failed: str) -> Failure:
         where = f" Open {error.url} to resolve it." if error.url else ""
         return Failure(f"Lizard refused the request: {error}.{where}", lasting=True)
     return Failure(f"{failed}: {error}", lasting=False)
+
+
+def output_excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
+    """``text`` whole, or its first and last ``chars`` characters around a marker."""
+    if len(text) <= 2 * chars:
+        return text
+    left_out = len(text) - 2 * chars
+    return f"{text[:chars]}\n[... {left_out} characters left out ...]\n{text[-chars:]}"

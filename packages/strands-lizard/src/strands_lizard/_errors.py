@@ -23,14 +23,12 @@ from typing import Final
 from strands.sandbox.errors import SandboxTimeoutError
 
 from lizard_core import errors as core
-from lizard_core.failures import describe_failure
+from lizard_core.failures import describe_failure, output_excerpt
 
 __all__ = ["LizardSandboxError", "SandboxUnavailableError", "decode", "sandbox_errors"]
 
 _TIMEOUT_CARRIES_OUTPUT: Final = "stdout" in inspect.signature(SandboxTimeoutError).parameters
 """Strands 1.58+: its tools show the model a timeout's partial output themselves."""
-EXCERPT_CHARS: Final = 2000
-"""Characters of each end of the output an error message shows."""
 
 
 class LizardSandboxError(RuntimeError):
@@ -55,14 +53,6 @@ def decode(data: bytes) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def excerpt(text: str, chars: int = EXCERPT_CHARS) -> str:
-    """``text`` whole, or its head and tail around a marker that says how much was left out."""
-    if len(text) <= 2 * chars:
-        return text
-    left_out = len(text) - 2 * chars
-    return f"{text[:chars]}\n[... {left_out} characters left out ...]\n{text[-chars:]}"
-
-
 def timeout_error(seconds: float | None, stdout: str, stderr: str) -> SandboxTimeoutError:
     """Strands' timeout error with the partial output.
 
@@ -78,7 +68,7 @@ def timeout_error(seconds: float | None, stdout: str, stderr: str) -> SandboxTim
 
 def _shown(stdout: str, stderr: str) -> str:
     parts = (("stdout", stdout), ("stderr", stderr))
-    return "\n".join(f"{name}:\n{excerpt(text)}" for name, text in parts if text)
+    return "\n".join(f"{name}:\n{output_excerpt(text)}" for name, text in parts if text)
 
 
 @contextmanager
