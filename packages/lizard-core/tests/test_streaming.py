@@ -226,3 +226,26 @@ def test_a_stream_dropped_unfinished_asks_the_command_to_stop(
     del stream
     outcome.exception(timeout=30)  # the guest was stopped and the call ended
     assert not _running(module_session, marker)
+
+
+async def test_a_second_concurrent_reader_is_refused_and_the_first_reads_on(
+    module_session: Session,
+) -> None:
+    stream = stream_command(module_session, ["sh", "-c", "echo a; sleep 0.3; echo b"])
+    first = asyncio.create_task(anext(stream))
+    await asyncio.sleep(0)  # the first read is under way (starting the command)
+    with pytest.raises(RuntimeError, match="already being read"):
+        await anext(stream)
+    chunks = [(await first).data] + [chunk.data async for chunk in stream]
+    assert chunks == [b"a\n", b"b\n"]
+    assert stream.result.exit_code == 0
+
+
+def test_the_result_of_a_stream_closed_early_is_an_error_not_a_hang(
+    module_session: Session,
+) -> None:
+    unstarted = stream_command(module_session, ["echo", "x"])
+    unstarted.close()
+    assert list(unstarted) == []
+    with pytest.raises(RuntimeError, match="closed before"):
+        unstarted.result

@@ -5,7 +5,8 @@ an :class:`OutputStream`. What holds (tested against lizard-local in ``tests/tes
 
 - **Nothing runs until iterated.** Making a stream checks its arguments (TypeError /
   ValueError) and makes no request; the first ``next()`` or ``await anext()`` starts the
-  operation (creating the sandbox if it is the session's first use). A stream runs once.
+  operation (creating the sandbox if it is the session's first use). A stream runs once, and
+  is read by one reader at a time: a second concurrent ``next()`` raises RuntimeError.
 - **Chunks as they arrive.** Each :class:`OutputChunk` is yielded as soon as the guest sent it
   (output the guest spilled to files comes last), stdout and stderr in the order received.
 - **The outcome.** When the operation ends the iteration ends, and :attr:`OutputStream.result`
@@ -127,6 +128,7 @@ class OutputStream(Generic[T]):
         self._outcome = self._channel.outcome
         self._started = False
         self._finished = False  # the consumer has seen the end
+        self._reading = threading.Lock()  # held by the one next() or anext() under way
 
     def _start(self, sandbox: Any) -> None:
         work, self._work = self._work, None
@@ -151,7 +153,13 @@ class OutputStream(Generic[T]):
         """The operation's outcome, once the iteration has ended (else RuntimeError)."""
         if not self._finished:
             raise RuntimeError("the stream has not been read to its end")
+        if not self._outcome.done():
+            raise RuntimeError("the stream was closed before its operation ended")
         return self._outcome.result()
+
+    def _claim(self) -> None:
+        if not self._reading.acquire(blocking=False):
+            raise RuntimeError("the stream is already being read")
 
     def __iter__(self) -> OutputStream[T]:
         return self
@@ -159,6 +167,7 @@ class OutputStream(Generic[T]):
     def __next__(self) -> OutputChunk:
         if self._finished:
             raise StopIteration
+        self._claim()
         try:
             if not self._started:
                 self._start(self._session.sandbox())
@@ -172,6 +181,8 @@ class OutputStream(Generic[T]):
         except BaseException:
             self.close()
             raise
+        finally:
+            self._reading.release()
         self._end()
         raise StopIteration
 
@@ -181,6 +192,7 @@ class OutputStream(Generic[T]):
     async def __anext__(self) -> OutputChunk:
         if self._finished:
             raise StopAsyncIteration
+        self._claim()
         try:
             if not self._started:
                 self._start(await self._session.asandbox())
@@ -195,6 +207,8 @@ class OutputStream(Generic[T]):
         except BaseException:
             await self.aclose()
             raise
+        finally:
+            self._reading.release()
         self._end()
         raise StopAsyncIteration
 
