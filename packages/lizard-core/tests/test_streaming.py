@@ -248,4 +248,4 @@ def test_the_result_of_a_stream_closed_early_is_an_error_not_a_hang(
     unstarted.close()
     assert list(unstarted) == []
     with pytest.raises(RuntimeError, match="closed before"):
-        unstarted.result
+        _ = unstarted.result

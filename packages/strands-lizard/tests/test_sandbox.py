@@ -40,6 +40,8 @@ async def collect(stream: Any) -> tuple[list[StreamChunk], ExecutionResult]:
         ({"max_file_bytes": 1.5}, TypeError),
         ({"stateful_python": 1}, TypeError),
         ({"sandbox_id": "sbx_x", "template": "base"}, ValueError),
+        ({"sandbox_id": "sbx_x", "internet_access": False}, ValueError),
+        ({"sandbox_id": "sbx_x", "allowed_hosts": ["pypi.org"]}, ValueError),
     ],
 )
 def test_bad_arguments_fail_before_any_request(

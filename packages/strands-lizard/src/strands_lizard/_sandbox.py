@@ -48,7 +48,7 @@ from lizard_core import kernel as core_kernel
 from lizard_core.checks import check_absolute_path, check_seconds, package_version
 from lizard_core.closing import ClosesOnExit
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, UNTIMED_EXEC_S, stream_command
-from lizard_core.config import SandboxConfig, SandboxOptions
+from lizard_core.config import SandboxConfig, SandboxOptions, refuse_creation_options
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
 from lizard_core.streaming import OutputStream
@@ -65,7 +65,6 @@ MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 INTEGRATION: Final = "strands"
 """The integration's name in the metadata of every sandbox it creates."""
 _PYTHONS: Final = ("python", "python3")
-_CREATION_ONLY: Final = ("template", "size", "lifetime_ms", "region", "metadata", "envs")
 
 
 class LizardSandbox(Sandbox, ClosesOnExit):
@@ -106,8 +105,8 @@ class LizardSandbox(Sandbox, ClosesOnExit):
             if value <= 0:
                 raise ValueError(f"{name} must be positive")
         self._output_limit, self._max_file_bytes = output_limit, max_file_bytes
-        if sandbox_id is not None and (given := [k for k in _CREATION_ONLY if k in options]):
-            raise ValueError(f"{', '.join(given)} apply only to a sandbox this object creates")
+        if sandbox_id is not None:
+            refuse_creation_options(options)
         config = SandboxConfig.from_env(
             **options,
             integration=INTEGRATION,
