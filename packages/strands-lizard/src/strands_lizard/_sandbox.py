@@ -45,7 +45,12 @@ from strands.sandbox.posix_shell import validate_env_keys
 from strands.types.tools import AgentTool
 
 from lizard_core import kernel as core_kernel
-from lizard_core.checks import check_absolute_path, check_seconds, package_version
+from lizard_core.checks import (
+    check_absolute_path,
+    check_positive_int,
+    check_seconds,
+    package_version,
+)
 from lizard_core.closing import ClosesOnExit
 from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, UNTIMED_EXEC_S, stream_command
 from lizard_core.config import SandboxConfig, SandboxOptions, refuse_creation_options
@@ -99,12 +104,8 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         self._timeout = None if timeout is None else check_seconds(timeout)
         if type(stateful_python) is not bool:
             raise TypeError("stateful_python must be a bool")
-        for name, value in (("output_limit", output_limit), ("max_file_bytes", max_file_bytes)):
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise TypeError(f"{name} must be an int")
-            if value <= 0:
-                raise ValueError(f"{name} must be positive")
-        self._output_limit, self._max_file_bytes = output_limit, max_file_bytes
+        self._output_limit = check_positive_int(output_limit, name="output_limit")
+        self._max_file_bytes = check_positive_int(max_file_bytes, name="max_file_bytes")
         if sandbox_id is not None:
             refuse_creation_options(options)
         config = SandboxConfig.from_env(
