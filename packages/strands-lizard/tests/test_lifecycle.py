@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from conftest import CREATE, Requests
 
@@ -64,3 +66,20 @@ async def test_kill_destroys_an_attached_sandbox(lizard_local: LocalServer) -> N
     await attached.akill()
     assert owner.sandbox_id not in lizard_local.sandboxes()
     await owner.aclose()
+
+
+async def test_close_during_the_first_calls_create_destroys_what_it_creates(
+    lizard_local: LocalServer,
+) -> None:
+    before = set(lizard_local.sandboxes())
+    sandbox = LizardSandbox(lifetime_ms=120_000)
+    lizard_local.set_latency(500)  # the create is in flight when close() comes
+    try:
+        first = asyncio.create_task(sandbox.execute("true"))
+        await asyncio.sleep(0.2)
+        await sandbox.aclose()
+    finally:
+        lizard_local.set_latency(0)
+    with pytest.raises(SandboxUnavailableError):
+        await first  # the sandbox it was creating is gone
+    assert set(lizard_local.sandboxes()) == before

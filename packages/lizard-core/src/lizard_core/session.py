@@ -21,6 +21,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
 - **Context managers** make no request on entry. On exit (``destroy_on_exit=None``) the
   sandbox is destroyed only if this session created it; ``True`` or ``False`` decide for both.
   A failure to destroy is raised, or attached as a note to the block's own exception.
+  :meth:`Session.release` ends the session the same way, for adapters with a ``close()``: a
+  create in flight is waited for, then destroyed.
 - **Keep-alive** (``keep_alive=True``): a sandbox in use does not expire, an idle one still
   does (:mod:`lizard_core._keep_alive`).
 - **Is it still there?** :meth:`Session.check_alive` (one ``GET``, failure paths only) records a
@@ -505,6 +507,19 @@ class Session(KeepAlive):
     async def aclose(self) -> None:
         """Async :meth:`close`."""
         await run_blocking(self._teardown, kill=False)
+
+    def release(self) -> None:
+        """End the session as leaving its ``with`` block does (blocking).
+
+        Destroys the sandbox if this session created it, else stops using it (as
+        :meth:`close`); ``destroy_on_exit`` decides instead when given. A create in flight is
+        waited for first, so a sandbox being created for a racing caller is not left running.
+        """
+        self._teardown(kill=self._exit_should_kill())
+
+    async def arelease(self) -> None:
+        """Async :meth:`release`."""
+        await run_blocking(self.release)
 
     def _teardown(self, *, kill: bool) -> None:
         with self._destroy_lock:

@@ -138,24 +138,20 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         return f"LizardSandbox(sandbox_id={self.sandbox_id!r}, working_dir={self._working_dir!r})"
 
     def close(self) -> None:
-        """Destroy the sandbox if this object created it, else stop using it; idempotent."""
+        """Destroy the sandbox this object created (even mid-create), else stop using it."""
         with sandbox_errors():
-            if self._session.created:
-                self._session.destroy()
-                return
-            if self._kernel is not None and self._kernel_used:
+            if self._kernel is not None and self._kernel_used and not self._session.created:
+                self._kernel_used = False
                 self._kernel.close()  # an attached sandbox lives on: stop the kernel daemon
-            self._session.close()
+            self._session.release()
 
     async def aclose(self) -> None:
         """Async :meth:`close`."""
         with sandbox_errors():
-            if self._session.created:
-                await self._session.adestroy()
-                return
-            if self._kernel is not None and self._kernel_used:
+            if self._kernel is not None and self._kernel_used and not self._session.created:
+                self._kernel_used = False
                 await self._kernel.aclose()
-            await self._session.aclose()
+            await self._session.arelease()
 
     def kill(self) -> None:
         """Destroy the sandbox, whoever created it; idempotent."""
