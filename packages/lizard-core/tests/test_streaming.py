@@ -249,3 +249,16 @@ def test_the_result_of_a_stream_closed_early_is_an_error_not_a_hang(
     assert list(unstarted) == []
     with pytest.raises(RuntimeError, match="closed before"):
         _ = unstarted.result
+
+
+def test_output_waiting_for_a_slow_reader_is_joined_into_one_chunk(
+    module_session: Session,
+) -> None:
+    code = "import os, time\nfor i in range(2000):\n    os.write(1, b'a'); time.sleep(0.0005)\n"
+    stream = stream_command(module_session, ["python3", "-c", code])
+    with stream:
+        first = next(stream)
+        time.sleep(4)  # the rest arrives, in many frames, while nobody reads
+        rest = list(stream)
+    assert first.data + b"".join(c.data for c in rest) == b"a" * 2000
+    assert len(rest) <= 5  # not one per frame (hundreds)

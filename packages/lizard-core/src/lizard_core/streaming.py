@@ -22,7 +22,8 @@ an :class:`OutputStream`. What holds (tested against lizard-local in ``tests/tes
   the kernel cell's interrupt) and wait for it to end; a cancellation then propagates. A stream
   dropped unfinished asks its operation to stop.
 - **Bounded.** Chunks wait for a slow reader in memory, never stalling the operation; the
-  operation's own output limit (``output_limit``, ``max_output_bytes``) bounds them.
+  operation's own output limit (``output_limit``, ``max_output_bytes``) bounds them. Output of
+  one stream that waits is joined into one chunk (a slow reader gets fewer, larger chunks).
 """
 
 from __future__ import annotations
@@ -77,7 +78,9 @@ class _Channel(Generic[T]):
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.chunks: collections.deque[OutputChunk] = collections.deque()
+        # Pending output as [stream, bytes]; a piece of the same stream as the last pending one
+        # joins it, so a slow reader holds a few large pieces, not one object per guest frame.
+        self.chunks: collections.deque[tuple[StreamName, bytearray]] = collections.deque()
         self.outcome: concurrent.futures.Future[T] = concurrent.futures.Future()
         self.wake: concurrent.futures.Future[None] = concurrent.futures.Future()
 
@@ -93,7 +96,10 @@ class _Channel(Generic[T]):
     def emit(self, stream: StreamName, data: bytes) -> None:
         if data:
             with self.lock:
-                self.chunks.append(OutputChunk(stream, data))
+                if self.chunks and self.chunks[-1][0] == stream:
+                    self.chunks[-1][1].extend(data)
+                else:
+                    self.chunks.append((stream, bytearray(data)))
             self.notify()
 
     def notify(self) -> None:
@@ -105,7 +111,8 @@ class _Channel(Generic[T]):
         """The next chunk, else a future to wait on, else None once the outcome is in."""
         with self.lock:
             if self.chunks:
-                return self.chunks.popleft()
+                stream, data = self.chunks.popleft()
+                return OutputChunk(stream, bytes(data))
             if self.outcome.done():
                 return None
             if self.wake.done():
