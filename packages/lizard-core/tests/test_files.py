@@ -356,6 +356,14 @@ def test_path_errors_are_the_builtin_exceptions(files: SandboxFiles, scratch: st
         files.make_dir(file)
 
 
+def test_a_failed_write_names_the_path_not_its_temporary_file(files: SandboxFiles) -> None:
+    # /proc takes no new files: creating the write's temporary sibling there fails.
+    with pytest.raises(OSError, match="lizard-cannot-create") as caught:
+        files.write_bytes("/proc/lizard-cannot-create", b"x")
+    assert caught.value.filename == "/proc/lizard-cannot-create"
+    assert ".tmp" not in str(caught.value)
+
+
 def test_special_files_fail_fast(files: SandboxFiles, scratch: str) -> None:
     fifo = f"{scratch}/fifo"
     files.make_dir(scratch)

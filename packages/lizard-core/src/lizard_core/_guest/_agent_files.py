@@ -238,7 +238,10 @@ def op_write(req: Frame) -> Frame:
     elif not os.access(real, os.W_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
     temporary = os.path.join(parent, ".lizard-%s.tmp" % req["call"])
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:  # name the caller's path, not the temporary file it never chose
+        raise type(exc)(exc.errno, exc.strerror, path) from None
     written = 0
     try:
         with os.fdopen(fd, "wb") as target:
