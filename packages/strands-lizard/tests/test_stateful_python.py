@@ -11,7 +11,7 @@ from strands.sandbox import ExecutionResult, StreamChunk
 from strands.sandbox.errors import SandboxTimeoutError
 
 from lizard_local import LocalServer
-from strands_lizard import LizardSandbox
+from strands_lizard import LizardSandbox, LizardSandboxError
 
 
 @pytest.fixture
@@ -91,3 +91,15 @@ async def test_images_come_back_as_output_files(sandbox: LizardSandbox) -> None:
     assert [(f.name, f.mime_type, f.content[:4]) for f in result.output_files] == [
         ("output-1.png", "image/png", b"\x89PNG")
     ]
+
+
+async def test_output_past_output_limit_is_an_error_not_a_cut_success(
+    sandbox: LizardSandbox,
+) -> None:
+    limit = 10 * 1024 * 1024  # the fixture's output_limit (the default)
+    with pytest.raises(LizardSandboxError, match="output") as caught:
+        await sandbox.execute_code(f"print('x' * {limit + 4096})", "python3")
+    assert caught.value.stdout.startswith("x" * 1000)
+    assert "x" * 100 in str(caught.value)  # the head and tail reach the model
+    after = await sandbox.execute_code("print('still here')", "python3")
+    assert after.stdout == "still here\n"

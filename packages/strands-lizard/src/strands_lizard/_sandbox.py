@@ -44,6 +44,7 @@ from strands.sandbox.errors import SandboxPathNotFoundError
 from strands.sandbox.posix_shell import validate_env_keys
 from strands.types.tools import AgentTool
 
+from lizard_core import errors as core_errors
 from lizard_core import kernel as core_kernel
 from lizard_core.checks import (
     check_absolute_path,
@@ -70,6 +71,7 @@ MAX_FILE_BYTES: Final = 256 * 1024 * 1024
 INTEGRATION: Final = "strands"
 """The integration's name in the metadata of every sandbox it creates."""
 _PYTHONS: Final = ("python", "python3")
+_CELL_CUT: Final = "The cell's output passed output_limit; the rest was left out (the cell ran on)."
 
 
 class LizardSandbox(Sandbox, ClosesOnExit):
@@ -116,7 +118,12 @@ class LizardSandbox(Sandbox, ClosesOnExit):
         self._session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
         self._files = SandboxFiles(self._session)
         self._kernel = (
-            core_kernel.Kernel(self._session, name="strands", cwd=self._working_dir)
+            core_kernel.Kernel(
+                self._session,
+                name="strands",
+                cwd=self._working_dir,
+                max_output_bytes=max(self._output_limit, 1024),  # the kernel's floor
+            )
             if stateful_python
             else None
         )
@@ -309,6 +316,9 @@ async def _relay_cell(
             async for chunk in stream:
                 yield StreamChunk(data=decode(chunk.data), stream_type=chunk.stream)
             cell = stream.result
+            if cell.output_truncated:  # as a command past output_limit: an error, not a cut
+                out, err = cell.stdout.encode(), cell.stderr.encode()
+                raise core_errors.OutputLimitError(_CELL_CUT, stdout=out, stderr=err)
     stdout, stderr = cell.stdout, cell.stderr
     if cell.text is not None:
         stdout += cell.text + "\n"
