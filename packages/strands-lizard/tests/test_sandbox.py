@@ -76,8 +76,14 @@ async def test_commands_start_in_the_working_dir_and_cwd_overrides_it(
     shared: LizardSandbox, scratch: str
 ) -> None:
     assert (await shared.execute("pwd")).stdout == f"{DEFAULT_WORKING_DIR}\n"
-    # A cwd that does not exist yet is created, as Strands' host sandbox does.
-    assert (await shared.execute("pwd", cwd=f"{scratch}/new")).stdout == f"{scratch}/new\n"
+    await shared.write_file(f"{scratch}/dir/file", b"")
+    assert (await shared.execute("pwd", cwd=f"{scratch}/dir")).stdout == f"{scratch}/dir\n"
+    # A mistyped cwd is an error, as in Strands' own sandboxes (`cd` fails): never made anew.
+    with pytest.raises(FileNotFoundError):
+        await shared.execute("pwd", cwd=f"{scratch}/missing")
+    with pytest.raises(FileNotFoundError):
+        await shared.execute_code("print(1)", "python3", cwd=f"{scratch}/missing")
+    assert [entry.name for entry in await shared.list_files(scratch)] == ["dir"]
 
 
 async def test_env_is_applied_and_bad_names_are_refused(shared: LizardSandbox) -> None:
@@ -183,6 +189,7 @@ async def test_closing_the_generator_early_stops_the_command(shared: LizardSandb
 
 async def test_code_runs_in_the_named_interpreter(shared: LizardSandbox, scratch: str) -> None:
     code = "import os\nprint('it\\'s \"quoted\" \\\\ and', os.getcwd())\n"
+    await shared.write_file(f"{scratch}/made", b"")
     result = await shared.execute_code(code, "python3", cwd=scratch)
     assert result == ExecutionResult(0, f'it\'s "quoted" \\ and {scratch}\n', "")
     shell = await shared.execute_code('echo "$0" from sh', "sh")

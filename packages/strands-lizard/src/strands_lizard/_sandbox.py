@@ -246,7 +246,7 @@ class LizardSandbox(Sandbox, ClosesOnExit):
             command,
             shell=shell,
             cwd=directory,
-            create_cwd=True,
+            create_cwd=directory == self._working_dir,  # a mistyped cwd is FileNotFoundError
             env=self._env(env),
             timeout=self._limit(timeout),
             output_limit=self._output_limit,
