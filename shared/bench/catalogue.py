@@ -44,9 +44,17 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit", "lifecycle"
+    "workspace",
+    "executor",
+    "inspect",
+    "adk",
+    "deepagents",
+    "strands",
+    "probe",
+    "limit",
+    "lifecycle",
 ]
-OURS_ONLY: Final = ("probe", "limit", "lifecycle")
+OURS_ONLY: Final = ("probe", "limit", "lifecycle", "strands")
 """Kinds measured on this repository's side only: no adapter needed, or none in 0.1.x."""
 
 
@@ -116,6 +124,12 @@ OPERATIONS: Final = (
     ),
     Operation("pause_resume", "pause + resume + first command", "lifecycle"),
     Operation("fork_warm", "fork of a warm executor + first cell in the copy", "lifecycle", True),
+    Operation("strands_execute", "Strands `execute('true')`", "strands"),
+    Operation(
+        "strands_first_chunk",
+        "Strands `execute_streaming`: first chunk of a line every 200 ms for 2 s",
+        "strands",
+    ),
 )
 
 PROBES: Final = (
@@ -212,6 +226,8 @@ REQUEST_TARGETS: Final = (
     "inspect_exec",
     "inspect_write_1k",
     "inspect_read_1k",
+    "strands_execute",
+    "strands_first_chunk",
 )
 """Operations that must cost this repository's packages at most one request."""
 

@@ -93,6 +93,7 @@ class Workload(LifecycleOps):
         self._inspect: Any = None  # the environments sample_init gave
         self._probe_client: Any = None
         self._deepagents: Any = None  # (lizard.Sandbox, langchain_lizard.LizardSandbox)
+        self._strands: Any = None  # strands_lizard.LizardSandbox
         self._probe_ssl: ssl.SSLContext | None = None
         self._bare: Any = None  # (lizard.Sandbox on the warm backend's sandbox, httpx.Client)
         self._plugin: Any = None
@@ -204,6 +205,12 @@ class Workload(LifecycleOps):
             except Exception as exc:
                 errors.append(f"Deep Agents sandbox kill: {exc!r}")
             self._deepagents = None
+        if self._strands is not None:
+            try:
+                self.loop.run_until_complete(self._strands.aclose())
+            except Exception as exc:
+                errors.append(f"Strands sandbox close: {exc!r}")
+            self._strands = None
         if self._backend is not None:
             try:
                 self.loop.run_until_complete(self._backend.destroy())
@@ -502,6 +509,52 @@ class Workload(LifecycleOps):
             _expect([r.content for r in result] == [SMALL], "the bytes read back differ")  # type: ignore[attr-defined]
 
         return Prepared(act=lambda: backend.download_files(["/tmp/da-down.bin"]), check=check)
+
+    # ── Strands (ours only: strands-lizard has no 0.1.x) ───────────────────
+
+    def _strands_sandbox(self) -> Any:
+        if self._strands is None:
+            from strands_lizard import LizardSandbox
+
+            sandbox = LizardSandbox(lifetime_ms=LIFETIME_MS)
+            result = self.loop.run_until_complete(sandbox.execute("true"))
+            _expect(result.exit_code == 0, "the Strands sandbox failed")
+            self._strands = sandbox
+        return self._strands
+
+    def _op_strands_execute(self) -> Prepared:
+        sandbox = self._strands_sandbox()
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "exit_code", None) == 0, f"`true` failed: {result!r}")
+
+        return Prepared(
+            act=lambda: self.loop.run_until_complete(sandbox.execute("true")), check=check
+        )
+
+    def _op_strands_first_chunk(self) -> Prepared:
+        """Timed: from the call to the first chunk; the rest is read and checked untimed."""
+        sandbox = self._strands_sandbox()
+        stream = sandbox.execute_streaming(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 0.2; done"
+        )
+
+        async def rest() -> list[Any]:
+            return [item async for item in stream]
+
+        def check(first: object) -> None:
+            items = [first, *self.loop.run_until_complete(rest())]
+            text = "".join(getattr(item, "data", "") for item in items[:-1])
+            _expect(getattr(first, "data", "").startswith("tick 1"), f"first chunk: {first!r}")
+            _expect(text == "".join(f"tick {i}\n" for i in range(1, 11)), "output differs")
+            _expect(getattr(items[-1], "exit_code", None) == 0, f"result: {items[-1]!r}")
+
+        def finish() -> None:
+            self.loop.run_until_complete(stream.aclose())
+
+        return Prepared(
+            act=lambda: self.loop.run_until_complete(anext(stream)), check=check, finish=finish
+        )
 
     # ── probes: what a reused connection would save (raw HTTP, no adapter) ──
 

@@ -302,6 +302,24 @@ def use_langchain_lizard() -> str:
     return "LizardSandbox ran python3 (42), wrote and downloaded a file, destroyed its sandbox"
 
 
+def use_strands_lizard() -> str:
+    """Stream one command and round-trip a file through the Strands sandbox, then destroy it."""
+    (sandbox_class,) = public_served("strands_lizard", "LizardSandbox")
+    from strands.sandbox import ExecutionResult
+
+    async def use() -> tuple[Any, bytes]:
+        async with sandbox_class(template="base") as sandbox:
+            items = [item async for item in sandbox.execute_streaming(shlex.join(COMMAND))]
+            await sandbox.write_file("/tmp/smoke/hello.txt", b"hello")
+            return items[-1], await sandbox.read_file("/tmp/smoke/hello.txt")
+
+    result, content = asyncio.run(use())
+    expect(isinstance(result, ExecutionResult), f"strands-lizard: the stream ended with {result!r}")
+    expect_answer("strands-lizard", result.exit_code, result.stdout)
+    expect(content == b"hello", f"strands-lizard: read back {content!r}")
+    return "LizardSandbox streamed python3 (42), wrote and read a file, destroyed its sandbox"
+
+
 USES: dict[str, Callable[[], str]] = {
     "langchain-lizard": use_langchain_lizard,
     "lizard-core": use_lizard_core,
@@ -310,6 +328,7 @@ USES: dict[str, Callable[[], str]] = {
     "pydantic-ai-lizard": use_pydantic_ai_lizard,
     "inspect-lizard": use_inspect_lizard,
     "lizard-adk": use_lizard_adk,
+    "strands-lizard": use_strands_lizard,
 }
 
 

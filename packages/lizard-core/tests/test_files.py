@@ -356,6 +356,14 @@ def test_path_errors_are_the_builtin_exceptions(files: SandboxFiles, scratch: st
         files.make_dir(file)
 
 
+def test_a_failed_write_names_the_path_not_its_temporary_file(files: SandboxFiles) -> None:
+    # /proc takes no new files: creating the write's temporary sibling there fails.
+    with pytest.raises(OSError, match="lizard-cannot-create") as caught:
+        files.write_bytes("/proc/lizard-cannot-create", b"x")
+    assert caught.value.filename == "/proc/lizard-cannot-create"
+    assert ".tmp" not in str(caught.value)
+
+
 def test_special_files_fail_fast(files: SandboxFiles, scratch: str) -> None:
     fifo = f"{scratch}/fifo"
     files.make_dir(scratch)
@@ -510,6 +518,22 @@ def test_remove_deletes_files_trees_and_links_themselves(
     files.remove(f"{scratch}/file")
     files.remove(f"{scratch}/tree")
     assert files.list_dir(scratch) == []
+
+
+def test_remove_without_recursion_removes_files_and_refuses_directories(
+    files: SandboxFiles, scratch: str, api_requests: Any
+) -> None:
+    files.write_bytes(f"{scratch}/dir/file", b"x")
+    api_requests.reset()
+    files.remove(f"{scratch}/dir/file", recursive=False)
+    assert api_requests.counts() == {EXEC: 1}
+    with pytest.raises(IsADirectoryError):
+        files.remove(f"{scratch}/dir", recursive=False)
+    with pytest.raises(FileNotFoundError):
+        files.remove(f"{scratch}/dir/file", recursive=False)
+    with pytest.raises(TypeError):
+        files.remove(f"{scratch}/dir", recursive=1)  # type: ignore[arg-type]
+    assert files.list_dir(scratch)[0].name == "dir"
 
 
 def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(

@@ -31,6 +31,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
 - **Context managers** make no request on entry. On exit (``destroy_on_exit=None``) the
   sandbox is destroyed only if this session created it; ``True`` or ``False`` decide for both.
   A failure to destroy is raised, or attached as a note to the block's own exception.
+  :meth:`Session.release` ends the session the same way, for adapters with a ``close()``: a
+  create in flight is waited for, then destroyed.
 - **Keep-alive** (``keep_alive=True``): a sandbox in use does not expire, an idle one still
   does (:mod:`lizard_core._keep_alive`).
 - **Is it still there?** :meth:`Session.check_alive` (one ``GET``, failure paths only) records a
