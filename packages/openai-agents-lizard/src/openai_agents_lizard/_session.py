@@ -1,0 +1,309 @@
+"""``LizardSandboxSession``: the SDK's sandbox session on one ``lizard_core.Session``.
+
+Contract (proven against lizard-local in ``tests/``):
+
+- **Exec.** One request per command through ``lizard_core.commands``: argv boundaries kept,
+  raw stdout/stderr bytes, the real exit code, run in the manifest root (created if missing)
+  with the options' and the manifest's environment (the manifest wins) and nothing from the
+  host. The SDK's ``sudo -u USER --`` prefix becomes ``lizard_core``'s ``user=``. A timeout is
+  ``ExecTimeoutError``; cancelling the task stops the command's process group.
+- **Paths are resolved in the sandbox.** The SDK's own resolver (``resolve-workspace-path``)
+  decides, so a symlink out of the workspace is refused like ``../``. For ``read`` and
+  ``write`` it runs in the same request as the transfer.
+- **Read / write.** A small file is one request each way. A larger one is streamed in
+  ``lizard_core.files`` chunks: the host holds at most a chunk plus :data:`SPOOL_MEMORY` (a
+  read is spooled to a temporary file past that, since the SDK reads the stream synchronously).
+- **Persist / hydrate** (``workspace_persistence="tar"``): a tar of the workspace root with
+  workspace-relative members, made and unpacked in the sandbox, moved through the host in
+  chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no
+  links out of the workspace).
+- **Shutdown** destroys the sandbox; again is harmless. ``running()`` asks the platform.
+- **No PTY.** Lizard's exec has no stdin channel, so ``supports_pty()`` is False: the SDK's
+  shell tool runs each command one-shot with its ``yield_time_ms`` as a hard timeout, and offers
+  no ``write_stdin`` tool.
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Final, Literal
+
+from agents.sandbox.errors import (
+    ExecNonZeroError,
+    InvalidManifestPathError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+    WorkspaceStopError,
+)
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
+from agents.sandbox.types import ExecResult, User
+from agents.sandbox.util.tar_utils import validate_tarfile
+from agents.sandbox.workspace_paths import coerce_posix_path
+from lizard_core import errors as core
+from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
+from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.session import Session
+
+from ._errors import exec_errors, failure_context, workspace_errors
+from ._options import LizardSandboxSessionState
+
+__all__ = ["SPOOL_MEMORY", "LizardSandboxSession"]
+
+SPOOL_MEMORY: Final = 8 * 1024 * 1024
+"""Bytes of a streamed read or archive held in memory before it spills to a temporary file."""
+SMALL_READ: Final = STREAM_BUDGET
+"""Files up to this size come back inside the one exec that resolves their path."""
+SMALL_WRITE: Final = INPUT_INLINE - 64 * 1024
+"""Writes up to this size travel as the stdin of the one exec that resolves their path."""
+
+# Exit codes of the transfer scripts below; the resolver's own (111 escape, 113 bad grant,
+# 114 read-only grant) pass through.
+_MISSING, _IS_DIR, _LARGE = 65, 66, 75
+_ESCAPED = (111, 112, 113, 114)
+
+# $1: the SDK's resolver; $2..: its arguments (root, path, mode, grants).
+_RESOLVE = 'helper=$1; shift; p=$(sh -c "$helper" sh "$@") || exit $?; '
+_READ_SCRIPT = (
+    _RESOLVE + f'[ -e "$p" ] || exit {_MISSING}; [ ! -d "$p" ] || exit {_IS_DIR}; '
+    f'if [ "$(wc -c < "$p")" -gt {SMALL_READ} ]; then printf %s "$p"; exit {_LARGE}; fi; '
+    'exec cat -- "$p"'
+)
+_WRITE_SCRIPT = (
+    _RESOLVE + f'[ ! -d "$p" ] || exit {_IS_DIR}; mkdir -p -- "$(dirname -- "$p")" || exit $?; '
+    'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
+)
+
+
+def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
+    while piece := stream.read(CHUNK_SIZE):
+        yield piece.encode() if isinstance(piece, str) else bytes(piece)
+
+
+def _spool() -> tempfile.SpooledTemporaryFile[bytes]:
+    return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+
+
+class LizardSandboxSession(BaseSandboxSession):
+    """A sandbox session on one Lizard sandbox (see the module docstring)."""
+
+    state: LizardSandboxSessionState
+
+    def __init__(self, *, state: LizardSandboxSessionState, session: Session) -> None:
+        self.state = state
+        self._session = session
+        self._files = SandboxFiles(session)
+
+    @property
+    def sandbox_id(self) -> str:
+        """The Lizard sandbox's id."""
+        return self.state.sandbox_id
+
+    # ── the SDK's hooks ──────────────────────────────────────────────────
+
+    def _runtime_helpers(self) -> tuple[object, ...]:  # type: ignore[override]
+        return (RESOLVE_WORKSPACE_PATH_HELPER,)
+
+    def _current_runtime_helper_cache_key(self) -> object | None:
+        return self.state.sandbox_id
+
+    async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
+        return await self._validate_remote_path_access(path, for_write=for_write)
+
+    async def _shutdown_backend(self) -> None:
+        try:
+            await self._session.adestroy()
+        except core.LizardIntegrationError as error:
+            root = self._workspace_root_path()
+            raise WorkspaceStopError(path=root, context=failure_context(error)) from error
+
+    async def running(self) -> bool:
+        """Whether the sandbox still exists (one ``GET``)."""
+        if self._session.destroyed or not self.state.sandbox_id:
+            return False
+        try:
+            await self._session.acheck_alive()
+        except core.LizardIntegrationError:
+            return False
+        return True
+
+    # ── exec ─────────────────────────────────────────────────────────────
+
+    async def _environment(self) -> dict[str, str]:
+        manifest_env = await self.state.manifest.environment.resolve()
+        merged = {**(self.state.envs or {}), **manifest_env}
+        return {key: value for key, value in merged.items() if value is not None}
+
+    async def _run(
+        self,
+        argv: list[str],
+        *,
+        timeout: float | None = None,
+        user: str | None = None,
+        input: bytes | None = None,
+        env: dict[str, str] | None = None,
+    ) -> CommandResult:
+        with exec_errors(argv, timeout):
+            return await arun_command(
+                self._session,
+                argv,
+                cwd=self.state.manifest.root,
+                create_cwd=True,
+                env={**await self._environment(), **(env or {})},
+                timeout=timeout,
+                user=user,
+                input=input,
+            )
+
+    async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
+        argv = [str(part) for part in command]
+        user = None
+        # SandboxSession.exec prefixes `sudo -u USER --`; Lizard switches users itself.
+        if len(argv) >= 4 and argv[0] == "sudo" and argv[1] == "-u" and argv[3] == "--":
+            user, argv = argv[2], argv[4:]
+        result = await self._run(argv, timeout=timeout, user=user)
+        return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
+
+    # ── files ────────────────────────────────────────────────────────────
+
+    async def _transfer(
+        self,
+        script: str,
+        path: Path | str,
+        mode: Literal["0", "1"],
+        user: str | User | None,
+        **kwargs: object,
+    ) -> tuple[Path, CommandResult]:
+        """Resolve ``path`` in the sandbox and run ``script`` on it, in one request."""
+        policy = self._workspace_path_policy()
+        target = Path(self.normalize_path(path, for_write=mode == "1"))
+        grants = [
+            arg
+            for root, read_only in policy.extra_path_grant_rules()
+            for arg in (root.as_posix(), "1" if read_only else "0")
+        ]
+        argv = ["sh", "-c", script, "sh", RESOLVE_WORKSPACE_PATH_HELPER.content]
+        argv += [policy.sandbox_root().as_posix(), target.as_posix(), mode, *grants]
+        name = user.name if isinstance(user, User) else user
+        result = await self._run(argv, user=name, **kwargs)  # type: ignore[arg-type]
+        if result.exit_code in _ESCAPED:
+            original = coerce_posix_path(path)
+            reason: Literal["absolute", "escape_root"] = (
+                "absolute" if original.is_absolute() else "escape_root"
+            )
+            detail = result.stderr.decode("utf-8", errors="replace").strip()
+            raise InvalidManifestPathError(rel=original.as_posix(), reason=reason, context={"detail": detail})
+        return target, result
+
+    async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
+        """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks."""
+        target, result = await self._transfer(_READ_SCRIPT, path, "0", user)
+        if result.exit_code == 0:
+            return io.BytesIO(result.stdout)
+        if result.exit_code == _MISSING:
+            raise WorkspaceReadNotFoundError(path=target)
+        if result.exit_code != _LARGE:
+            context = {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
+            raise WorkspaceArchiveReadError(path=target, context=context)
+        spool = _spool()
+        try:
+            with workspace_errors(target, write=False):
+                async for piece in self._files.aiter_bytes(result.stdout.decode()):
+                    spool.write(piece)
+        except BaseException:
+            spool.close()
+            raise
+        spool.seek(0)
+        return spool  # type: ignore[return-value]  # an io.IOBase on Python >= 3.11
+
+    async def write(
+        self, path: Path | str, data: io.IOBase, *, user: str | User | None = None
+    ) -> None:
+        """Write ``data``: one request up to :data:`SMALL_WRITE`, else streamed in chunks."""
+        head = data.read(SMALL_WRITE + 1)
+        head = head.encode() if isinstance(head, str) else bytes(head or b"")
+        streamed = len(head) > SMALL_WRITE
+        env = {"LIZARD_STREAMED": "1" if streamed else "0"}
+        stdin = None if streamed else head
+        target, result = await self._transfer(_WRITE_SCRIPT, path, "1", user, input=stdin, env=env)
+        if result.exit_code != 0:
+            context = {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
+            raise WorkspaceArchiveWriteError(path=target, context=context)
+        if streamed:
+
+            def pieces() -> Iterator[bytes]:
+                yield head
+                yield from _chunks(data)
+
+            with workspace_errors(target, write=True):
+                await self._files.awrite_chunks(result.stdout.decode(), pieces())
+
+    # ── workspace persistence ────────────────────────────────────────────
+
+    def _archive_path(self) -> str:
+        return f"/tmp/openai-agents-lizard-{uuid.uuid4().hex}.tar"
+
+    async def _checked(self, argv: list[str], error: type[Exception], root: Path) -> None:
+        result = await self._run(argv)
+        if result.exit_code != 0:
+            raise error(path=root, cause=ExecNonZeroError(result, command=argv))  # type: ignore[call-arg]
+
+    async def persist_workspace(self) -> io.IOBase:
+        """A tar of the workspace root, members relative to it, spooled on the host."""
+        root = self._workspace_root_path()
+        archive = self._archive_path()
+        skip = sorted(p.as_posix() for p in self._persist_workspace_skip_relpaths())
+        excludes = [f"--exclude=./{rel}" for rel in skip]
+        spool = _spool()
+        try:
+            tar = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", root.as_posix(), "."]
+            await self._checked(tar, WorkspaceArchiveReadError, root)
+            with workspace_errors(root, write=False):
+                async for piece in self._files.aiter_bytes(archive):
+                    spool.write(piece)
+        except BaseException:
+            spool.close()
+            raise
+        finally:
+            await self._remove_quietly(archive)
+        spool.seek(0)
+        return spool  # type: ignore[return-value]
+
+    async def hydrate_workspace(self, data: io.IOBase) -> None:
+        """Unpack a tar made by :meth:`persist_workspace` under the workspace root."""
+        root = self._workspace_root_path()
+        with _spool() as spool:
+            for piece in _chunks(data):
+                spool.write(piece)
+            spool.seek(0)
+            try:
+                with tarfile.open(fileobj=spool, mode="r:*") as checked:
+                    validate_tarfile(checked)
+            except (tarfile.TarError, ValueError, OSError) as error:
+                raise WorkspaceArchiveWriteError(path=root, cause=error) from error
+            spool.seek(0)
+            archive = self._archive_path()
+            try:
+                with workspace_errors(root, write=True):
+                    await self._files.awrite_chunks(archive, _chunks(spool))
+                unpack = 'mkdir -p -- "$2" && exec tar xf "$1" -C "$2"'
+                argv = ["sh", "-c", unpack, "sh", archive, root.as_posix()]
+                await self._checked(argv, WorkspaceArchiveWriteError, root)
+            finally:
+                await self._remove_quietly(archive)
+
+    async def _remove_quietly(self, path: str) -> None:
+        try:
+            await self._files.aremove(path)
+        except (core.LizardIntegrationError, OSError):
+            pass  # a temporary file in /tmp; the sandbox's end removes it anyway
+
+    def __repr__(self) -> str:
+        return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"
+
