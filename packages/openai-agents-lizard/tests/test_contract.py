@@ -1,38 +1,56 @@
-"""The shared adapter contract (``lizard_local.contract``) for ``LizardTool``.
+"""The shared adapter contract (``lizard_local.contract``) for ``LizardSandboxClient``.
 
-The async face is the one under test: cancelling ``arun``'s task must stop the command. A tool
-for a blocking framework passes ``run`` and ``close`` instead (Ctrl-C is then the cancellation).
+The adapter is a client and the session it creates on first use, driven the way the SDK's
+runner drives them: ``create`` then ``start`` on first use, ``exec`` for each step, and
+``delete`` as the cleanup. Cancelling an ``exec`` task must stop the command.
 """
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from agents.sandbox.errors import ExecTransportError
+from agents.sandbox.session.sandbox_session import SandboxSession
+from agents.sandbox.types import ExecResult
 
 from lizard_local.contract import AdapterContract, ExpectedErrors
-from openai_agents_lizard import CommandOutput, LizardTool
-from openai_agents_lizard._errors import LizardToolError, SandboxUnavailableError
+from openai_agents_lizard import (
+    LizardSandboxClient,
+    LizardSandboxClientOptions,
+    SandboxCreateError,
+)
 
 
-def make_tool(**kwargs: Any) -> LizardTool:
-    return LizardTool(lifetime_ms=300_000, **kwargs)
+class ClientAndSession:
+    """A client and the one session it creates on first use."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.client = LizardSandboxClient(**kwargs)
+        self.session: SandboxSession | None = None
+
+    def __repr__(self) -> str:
+        return f"ClientAndSession({self.client!r})"
 
 
-async def run_python(tool: LizardTool, code: str) -> CommandOutput:
-    return await tool.arun(f"python3 -c {shlex.quote(code)}")
+async def run_python(adapter: ClientAndSession, code: str) -> ExecResult:
+    if adapter.session is None:
+        options = LizardSandboxClientOptions(lifetime_ms=300_000)
+        adapter.session = await adapter.client.create(options=options)
+        await adapter.session.start()
+    return await adapter.session.exec("python3", "-c", code, shell=False)
 
 
-async def close(tool: LizardTool) -> None:
-    await tool.aclose()
+async def delete(adapter: ClientAndSession) -> None:
+    if adapter.session is not None:
+        await adapter.client.delete(adapter.session)
 
 
-class TestLizardToolContract(AdapterContract):
+class TestLizardSandboxClientContract(AdapterContract):
     @pytest.fixture
     def make_adapter(self) -> Callable[..., Any]:
-        return make_tool
+        return ClientAndSession
 
     @pytest.fixture
     def run_python(self) -> Callable[[Any, str], object]:
@@ -40,12 +58,12 @@ class TestLizardToolContract(AdapterContract):
 
     @pytest.fixture
     def cleanup_adapter(self) -> Callable[[Any], object]:
-        return close
+        return delete
 
     @pytest.fixture
     def expected_errors(self) -> ExpectedErrors:
         return ExpectedErrors(
-            sandbox_gone=SandboxUnavailableError,
-            credentials_rejected=SandboxUnavailableError,
-            transient=LizardToolError,
+            sandbox_gone=ExecTransportError,
+            credentials_rejected=(SandboxCreateError, ExecTransportError),
+            transient=ExecTransportError,
         )
