@@ -14,9 +14,8 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.sandbox_session import SandboxSession
 
 from lizard_local import LocalServer
-from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
-
-OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000)
+from lifecycle import OPTIONS
+from openai_agents_lizard import LizardSandboxClient
 
 
 @pytest.fixture

@@ -30,6 +30,11 @@ from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.workspace_paths import SandboxPathGrant
 
+from openai_agents_lizard import LizardSandboxClientOptions
+
+OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000)
+"""The tests' sandboxes: default template, a lifetime that outlasts a slow run."""
+
 FIXTURE_REPO = "/tmp/fixture-repo.git"
 GIT_URL = "https://github.com/lizard-build/fixture.git"
 GIT_ENVS = {

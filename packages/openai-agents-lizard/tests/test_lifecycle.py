@@ -14,8 +14,8 @@ from agents.sandbox.snapshot import LocalSnapshotSpec
 from lizard_local import LocalServer
 from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
 
-from . import lifecycle
-from .conftest import OPTIONS
+import lifecycle
+from lifecycle import OPTIONS
 
 GIT_OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000, envs=lifecycle.GIT_ENVS)
 
