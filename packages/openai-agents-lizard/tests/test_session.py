@@ -1,0 +1,213 @@
+"""``LizardSandboxSession``: exec, files and persistence against lizard-local.
+
+One sandbox serves the whole module (started once with a small manifest); each test works in its
+own files.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from agents.sandbox.entries import File
+from agents.sandbox.errors import (
+    ExecTimeoutError,
+    ExecTransportError,
+    InvalidManifestPathError,
+    WorkspaceArchiveReadError,
+    WorkspaceArchiveWriteError,
+    WorkspaceReadNotFoundError,
+)
+from agents.sandbox.manifest import Environment, Manifest
+from agents.sandbox.session.sandbox_session import SandboxSession
+
+from lizard_core.files import CHUNK_SIZE
+from lizard_local import LocalServer
+from lizard_local.contract import pids_carrying
+from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
+from openai_agents_lizard._session import SMALL_READ, SMALL_WRITE
+
+EXEC = "POST /api/sandboxes/{id}/exec"
+OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000, envs={"FROM_OPTIONS": "options", "BOTH": "options"})
+
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared(lizard_local: LocalServer) -> AsyncIterator[SandboxSession]:
+    client = LizardSandboxClient()
+    manifest = Manifest(
+        root="/workspace/project",
+        entries={"seed.txt": File(content=b"seed\n")},
+        environment=Environment(value={"FROM_MANIFEST": "manifest", "BOTH": "manifest"}),
+    )
+    session = await client.create(manifest=manifest, options=OPTIONS)
+    try:
+        await session.start()
+        yield session
+    finally:
+        await client.delete(session)
+
+
+async def test_exec_keeps_argv_boundaries_and_raw_bytes(shared: SandboxSession) -> None:
+    result = await shared.exec("printf", "%s|", "a b", "", "'q'", "$HOME", shell=False)
+    assert result.stdout == b"a b||'q'|$HOME|"
+    raw = await shared.exec("python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)))", shell=False)
+    assert raw.stdout == bytes(range(256))
+    assert (await shared.exec("exit 3")).exit_code == 3
+
+
+async def test_exec_runs_in_the_manifest_root_with_its_environment(shared: SandboxSession) -> None:
+    result = await shared.exec("sh", "-c", 'pwd; echo "$FROM_OPTIONS $FROM_MANIFEST $BOTH"', shell=False)
+    assert result.stdout == b"/workspace/project\noptions manifest manifest\n"
+    host_only = "LIZARD_API_KEY"
+    assert host_only in os.environ
+    assert (await shared.exec("sh", "-c", f'echo "[${host_only}]"', shell=False)).stdout == b"[]\n"
+
+
+async def test_a_timeout_is_the_sdks_error_with_the_partial_output(shared: SandboxSession) -> None:
+    with pytest.raises(ExecTimeoutError) as caught:
+        await shared.exec("echo started; sleep 30", timeout=0.5)
+    assert caught.value.timeout_s == 0.5
+    assert "started" in str(caught.value.context["stdout"])
+
+
+async def test_the_sudo_prefix_becomes_a_user_switch(shared: SandboxSession) -> None:
+    result = await shared.exec("id", "-un", shell=False, user="nobody")
+    assert result.stdout == b"nobody\n"
+
+
+async def test_cancelling_an_exec_stops_the_command(shared: SandboxSession) -> None:
+    import asyncio
+
+    token = "session-cancel-5d2e"
+    task = asyncio.create_task(shared.exec(f"sleep 600 # {token}"))
+    for _ in range(200):
+        if pids_carrying(token):
+            break
+        await asyncio.sleep(0.05)
+    assert pids_carrying(token)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    for _ in range(100):
+        if not pids_carrying(token):
+            break
+        await asyncio.sleep(0.05)
+    assert not pids_carrying(token)
+    assert (await shared.exec("echo", "still usable", shell=False)).stdout == b"still usable\n"
+
+
+async def test_small_exec_read_and_write_are_one_request_each(
+    shared: SandboxSession, lizard_counters: LocalServer
+) -> None:
+    await shared.exec("true", shell=False)  # the sandbox is attached already
+    lizard_counters.reset_counters()
+    await shared.exec("echo", "hi", shell=False)
+    assert lizard_counters.counters()["routes"] == {EXEC: 1}
+    lizard_counters.reset_counters()
+    await shared.write(Path("counted/one.txt"), io.BytesIO(b"one"))
+    assert lizard_counters.counters()["routes"] == {EXEC: 1}
+    lizard_counters.reset_counters()
+    assert (await shared.read(Path("counted/one.txt"))).read() == b"one"
+    assert lizard_counters.counters()["routes"] == {EXEC: 1}
+
+
+@pytest.mark.parametrize("size", sorted({0, SMALL_WRITE, SMALL_WRITE + 1, SMALL_READ + 1, 2 * CHUNK_SIZE + 5}))
+async def test_files_of_every_size_round_trip(shared: SandboxSession, size: int) -> None:
+    data = os.urandom(size)
+    await shared.write(Path(f"sizes/{size}.bin"), io.BytesIO(data))
+    stream = await shared.read(Path(f"sizes/{size}.bin"))
+    try:
+        assert stream.read() == data
+    finally:
+        stream.close()
+
+
+async def test_a_large_write_is_streamed_from_its_source(shared: SandboxSession) -> None:
+    reads: list[int] = []
+
+    class Source(io.RawIOBase):
+        def __init__(self) -> None:
+            self.left = 3 * CHUNK_SIZE
+
+        def readable(self) -> bool:
+            return True
+
+        def read(self, n: int = -1) -> bytes:
+            assert n != -1, "the whole source was asked for at once"
+            reads.append(n)
+            piece = min(n, self.left)
+            self.left -= piece
+            return b"x" * piece
+
+    await shared.write(Path("streamed.bin"), Source())
+    assert max(reads) <= CHUNK_SIZE
+    assert (await shared.exec("wc", "-c", "streamed.bin", shell=False)).stdout.split()[0] == str(3 * CHUNK_SIZE).encode()
+
+
+async def test_reads_and_writes_are_confined_to_the_workspace(shared: SandboxSession) -> None:
+    await shared.exec("ln", "-sfn", "/etc", "etc-link", shell=False)
+    for path in ("../outside.txt", "/etc/passwd", "etc-link/passwd"):
+        with pytest.raises(InvalidManifestPathError):
+            await shared.read(Path(path))
+        with pytest.raises(InvalidManifestPathError):
+            await shared.write(Path(path), io.BytesIO(b"no"))
+    # A symlink that stays inside is followed.
+    await shared.exec("ln", "-sfn", "seed.txt", "seed-link", shell=False)
+    assert (await shared.read(Path("seed-link"))).read() == b"seed\n"
+
+
+async def test_missing_files_and_directories_are_the_sdks_errors(shared: SandboxSession) -> None:
+    with pytest.raises(WorkspaceReadNotFoundError):
+        await shared.read(Path("no/such/file"))
+    await shared.mkdir(Path("a-dir"))
+    with pytest.raises(WorkspaceArchiveReadError):
+        await shared.read(Path("a-dir"))
+    with pytest.raises(WorkspaceArchiveWriteError):
+        await shared.write(Path("a-dir"), io.BytesIO(b"x"))
+
+
+async def test_persist_makes_a_workspace_relative_tar_and_hydrate_unpacks_it(shared: SandboxSession) -> None:
+    await shared.write(Path("kept/deep/file.txt"), io.BytesIO(b"kept"))
+    archive = await shared.persist_workspace()
+    with tarfile.open(fileobj=archive) as tar:
+        names = tar.getnames()
+    assert "./kept/deep/file.txt" in names
+    assert not any(name.startswith(("/", "workspace")) for name in names)
+    archive.seek(0)
+    await shared.exec("rm", "-rf", "kept", shell=False)
+    await shared.hydrate_workspace(archive)
+    assert (await shared.read(Path("kept/deep/file.txt"))).read() == b"kept"
+
+
+async def test_hydrate_refuses_a_tar_that_escapes(shared: SandboxSession) -> None:
+    archive = io.BytesIO()
+    with tarfile.open(fileobj=archive, mode="w") as tar:
+        info = tarfile.TarInfo("../escaped.txt")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"x"))
+    archive.seek(0)
+    with pytest.raises(WorkspaceArchiveWriteError):
+        await shared.hydrate_workspace(archive)
+    assert (await shared.exec("test", "-e", "/workspace/escaped.txt", shell=False)).exit_code == 1
+
+
+async def test_a_gone_sandbox_is_a_transport_error_and_not_running(
+    client: LizardSandboxClient, lizard_local: LocalServer
+) -> None:
+    session = await client.create(options=OPTIONS)
+    await session.start()
+    assert await session.running()
+    lizard_local.expire(session.state.sandbox_id)  # type: ignore[attr-defined]
+    with pytest.raises(ExecTransportError) as caught:
+        await session.exec("true", shell=False)
+    assert caught.value.context["retryable"] is False
+    assert not await session.running()
+    await client.delete(session)
