@@ -12,9 +12,9 @@ from collections.abc import AsyncIterator
 import pytest
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.sandbox_session import SandboxSession
+from lifecycle import OPTIONS
 
 from lizard_local import LocalServer
-from lifecycle import OPTIONS
 from openai_agents_lizard import LizardSandboxClient
 
 

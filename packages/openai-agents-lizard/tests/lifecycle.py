@@ -159,7 +159,9 @@ def patch_operations() -> list[ApplyPatchOperation | dict[str, object]]:
         ApplyPatchOperation(
             type="update_file", path="inline.txt", diff="@@\n-inline file v1\n+inline file v2\n"
         ),
-        ApplyPatchOperation(type="create_file", path="created_by_patch.txt", diff="+created by patch\n"),
+        ApplyPatchOperation(
+            type="create_file", path="created_by_patch.txt", diff="+created by patch\n"
+        ),
         ApplyPatchOperation(type="delete_file", path="delete_me.txt"),
     ]
 
@@ -182,7 +184,11 @@ async def assert_escapes_blocked(session: BaseSandboxSession) -> None:
     """``../``, an absolute path outside and a symlink out: refused for read, write and patch."""
     outside = "/tmp/symlink-outside.txt"
     made = await session.exec(
-        "sh", "-c", 'printf secret > "$1" && ln -sfn "$1" symlink_escape.txt', "sh", outside,
+        "sh",
+        "-c",
+        'printf secret > "$1" && ln -sfn "$1" symlink_escape.txt',
+        "sh",
+        outside,
         shell=False,
     )
     assert made.ok(), made.stderr

@@ -140,7 +140,7 @@ async def resume(state_file: Path) -> list[str]:
         ]
     )
     agent = make_agent(model)
-    state = await RunState.from_json(agent, json.loads(state_file.read_text()))
+    state = await RunState.from_json(agent, json.loads(state_file.read_text()))  # noqa: ASYNC240
     for interruption in state.get_interruptions():
         state.approve(interruption)
     result = await Runner.run(agent, state, run_config=run_config(LizardSandboxClient()))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -11,11 +12,11 @@ from pathlib import Path
 
 from agents import Runner
 from agents.sandbox.snapshot import LocalSnapshotSpec
+from scripted_agent import PROGRAM, ScriptedModel, call, final, make_agent, run_config, tool_outputs
 
 from lizard_local import LocalServer
 from lizard_local.contract import pids_carrying
 from openai_agents_lizard import LizardSandboxClient
-from scripted_agent import PROGRAM, ScriptedModel, call, final, make_agent, run_config, tool_outputs
 
 HERE = Path(__file__).parent
 
@@ -34,7 +35,8 @@ async def test_a_run_writes_runs_and_reads_then_a_new_process_resumes_it(
     )
     snapshot = LocalSnapshotSpec(base_path=tmp_path / "snapshots")
     first = await Runner.run(
-        make_agent(model), "write a program, run it, read its output",
+        make_agent(model),
+        "write a program, run it, read its output",
         run_config=run_config(client, snapshot=snapshot),
     )
     outputs = tool_outputs(first.new_items)
@@ -51,7 +53,7 @@ async def test_a_run_writes_runs_and_reads_then_a_new_process_resumes_it(
     state_file = tmp_path / "run-state.json"
     state_file.write_text(json.dumps(state_json))
 
-    resumed = subprocess.run(
+    resumed = subprocess.run(  # noqa: ASYNC221  # the second run, in a new process
         [sys.executable, str(HERE / "scripted_agent.py"), str(state_file)],
         capture_output=True,
         text=True,
@@ -64,7 +66,8 @@ async def test_a_run_writes_runs_and_reads_then_a_new_process_resumes_it(
     approved, read_again, listing = json.loads(resumed.stdout.strip().splitlines()[-1])[-3:]
     assert approved == "approved"
     assert read_again == "42\n"  # hydrated from the first run's snapshot
-    assert "hello.py" in listing and "out.txt" in listing
+    assert "hello.py" in listing
+    assert "out.txt" in listing
     assert set(lizard_local.sandboxes()) == before
 
 
@@ -76,19 +79,15 @@ async def test_cancelling_a_run_stops_its_command(
     model = ScriptedModel(
         [[call("exec_command", "c_sleep", cmd=f"sleep 600; echo {token}", yield_time_ms=600_000)]]
     )
-    run = asyncio.create_task(
-        Runner.run(make_agent(model), "sleep", run_config=run_config(client))
-    )
+    run = asyncio.create_task(Runner.run(make_agent(model), "sleep", run_config=run_config(client)))
     for _ in range(300):
         if pids_carrying(token):
             break
         await asyncio.sleep(0.1)
     assert pids_carrying(token), "the command never started"
     run.cancel()
-    try:
+    with contextlib.suppress(asyncio.CancelledError):
         await asyncio.wait_for(run, 30)
-    except asyncio.CancelledError:
-        pass
     for _ in range(100):
         if not pids_carrying(token):
             break
@@ -107,4 +106,3 @@ async def test_the_model_sees_a_timeout(client: LizardSandboxClient) -> None:
     result = await Runner.run(make_agent(model), "be slow", run_config=run_config(client))
     assert result.final_output == "gave up"
     assert "timed out" in tool_outputs(result.new_items)[0]
-

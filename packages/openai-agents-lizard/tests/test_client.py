@@ -10,9 +10,9 @@ import pytest
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.session.sandbox_client import BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
+from lifecycle import OPTIONS
 from pydantic import ValidationError
 
-from lifecycle import OPTIONS
 from lizard_local import LocalServer
 from openai_agents_lizard import (
     LizardSandboxClient,

@@ -42,7 +42,9 @@ def test_a_timeout_keeps_head_and_tail_of_the_output() -> None:
     with pytest.raises(ExecTimeoutError) as caught, exec_errors(["sleep", "9"], 1.0):
         raise error
     shown = str(caught.value.context["stdout"])
-    assert shown.startswith("head") and shown.endswith("tail") and "bytes cut" in shown
+    assert shown.startswith("head")
+    assert shown.endswith("tail")
+    assert "bytes cut" in shown
     assert caught.value.context["stderr"] == "err"
 
 
@@ -54,7 +56,9 @@ def test_an_output_limit_is_never_a_short_result() -> None:
     assert caught.value.context["stdout"] == "kept"
 
 
-@pytest.mark.parametrize(("write", "kind"), [(False, WorkspaceArchiveReadError), (True, WorkspaceArchiveWriteError)])
+@pytest.mark.parametrize(
+    ("write", "kind"), [(False, WorkspaceArchiveReadError), (True, WorkspaceArchiveWriteError)]
+)
 def test_file_failures_are_workspace_errors(write: bool, kind: type[Exception]) -> None:
     for error in (core.TransientError("503"), PermissionError(13, "denied")):
         with pytest.raises(kind) as caught, workspace_errors(Path("/workspace/f"), write=write):

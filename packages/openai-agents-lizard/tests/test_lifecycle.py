@@ -5,17 +5,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import lifecycle
 import pytest
 from agents.sandbox.entries import InContainerMountStrategy, RcloneMountPattern, S3Mount
 from agents.sandbox.errors import MountToolMissingError
 from agents.sandbox.manifest import Manifest
 from agents.sandbox.snapshot import LocalSnapshotSpec
+from lifecycle import OPTIONS
 
 from lizard_local import LocalServer
 from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
-
-import lifecycle
-from lifecycle import OPTIONS
 
 GIT_OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000, envs=lifecycle.GIT_ENVS)
 

@@ -33,7 +33,9 @@ from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
 from openai_agents_lizard._session import SMALL_READ, SMALL_WRITE
 
 EXEC = "POST /api/sandboxes/{id}/exec"
-OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000, envs={"FROM_OPTIONS": "options", "BOTH": "options"})
+OPTIONS = LizardSandboxClientOptions(
+    lifetime_ms=300_000, envs={"FROM_OPTIONS": "options", "BOTH": "options"}
+)
 
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -58,13 +60,17 @@ async def shared(lizard_local: LocalServer) -> AsyncIterator[SandboxSession]:
 async def test_exec_keeps_argv_boundaries_and_raw_bytes(shared: SandboxSession) -> None:
     result = await shared.exec("printf", "%s|", "a b", "", "'q'", "$HOME", shell=False)
     assert result.stdout == b"a b||'q'|$HOME|"
-    raw = await shared.exec("python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)))", shell=False)
+    raw = await shared.exec(
+        "python3", "-c", "import sys; sys.stdout.buffer.write(bytes(range(256)))", shell=False
+    )
     assert raw.stdout == bytes(range(256))
     assert (await shared.exec("exit 3")).exit_code == 3
 
 
 async def test_exec_runs_in_the_manifest_root_with_its_environment(shared: SandboxSession) -> None:
-    result = await shared.exec("sh", "-c", 'pwd; echo "$FROM_OPTIONS $FROM_MANIFEST $BOTH"', shell=False)
+    result = await shared.exec(
+        "sh", "-c", 'pwd; echo "$FROM_OPTIONS $FROM_MANIFEST $BOTH"', shell=False
+    )
     assert result.stdout == b"/workspace/project\noptions manifest manifest\n"
     host_only = "LIZARD_API_KEY"
     assert host_only in os.environ
@@ -119,7 +125,9 @@ async def test_small_exec_read_and_write_are_one_request_each(
     assert lizard_counters.counters()["routes"] == {EXEC: 1}
 
 
-@pytest.mark.parametrize("size", sorted({0, SMALL_WRITE, SMALL_WRITE + 1, SMALL_READ + 1, 2 * CHUNK_SIZE + 5}))
+@pytest.mark.parametrize(
+    "size", sorted({0, SMALL_WRITE, SMALL_WRITE + 1, SMALL_READ + 1, 2 * CHUNK_SIZE + 5})
+)
 async def test_files_of_every_size_round_trip(shared: SandboxSession, size: int) -> None:
     data = os.urandom(size)
     await shared.write(Path(f"sizes/{size}.bin"), io.BytesIO(data))
@@ -149,7 +157,9 @@ async def test_a_large_write_is_streamed_from_its_source(shared: SandboxSession)
 
     await shared.write(Path("streamed.bin"), Source())
     assert max(reads) <= CHUNK_SIZE
-    assert (await shared.exec("wc", "-c", "streamed.bin", shell=False)).stdout.split()[0] == str(3 * CHUNK_SIZE).encode()
+    assert (await shared.exec("wc", "-c", "streamed.bin", shell=False)).stdout.split()[0] == str(
+        3 * CHUNK_SIZE
+    ).encode()
 
 
 async def test_reads_and_writes_are_confined_to_the_workspace(shared: SandboxSession) -> None:
@@ -174,7 +184,9 @@ async def test_missing_files_and_directories_are_the_sdks_errors(shared: Sandbox
         await shared.write(Path("a-dir"), io.BytesIO(b"x"))
 
 
-async def test_persist_makes_a_workspace_relative_tar_and_hydrate_unpacks_it(shared: SandboxSession) -> None:
+async def test_persist_makes_a_workspace_relative_tar_and_hydrate_unpacks_it(
+    shared: SandboxSession,
+) -> None:
     await shared.write(Path("kept/deep/file.txt"), io.BytesIO(b"kept"))
     archive = await shared.persist_workspace()
     with tarfile.open(fileobj=archive) as tar:

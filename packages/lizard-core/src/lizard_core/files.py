@@ -500,9 +500,11 @@ class SandboxFiles:
         await self._arun(self._write_chunks, path, (data,))
 
     async def awrite_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
-        """Async :meth:`write_chunks`: ``chunks`` is iterated in a worker thread, one piece at a
-        time, so a blocking source (a file being read) never holds the event loop or the whole
-        file."""
+        """Async :meth:`write_chunks`.
+
+        ``chunks`` is iterated in a worker thread, one piece at a time, so a blocking source (a
+        file being read) never holds the event loop or the whole file.
+        """
         path = _check_path(path)
         await self._arun(self._write_chunks, path, chunks)
 

@@ -30,6 +30,7 @@ from agents.sandbox.session.sandbox_client import BaseSandboxClient
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from agents.sandbox.snapshot import SnapshotBase, SnapshotSpec, resolve_snapshot
+
 from lizard_core import errors as core
 from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig
@@ -96,7 +97,9 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
     def __repr__(self) -> str:
         return f"LizardSandboxClient(api_url={self._config.api_url!r})"
 
-    def _config_for(self, settings: LizardSandboxClientOptions | LizardSandboxSessionState) -> SandboxConfig:
+    def _config_for(
+        self, settings: LizardSandboxClientOptions | LizardSandboxSessionState
+    ) -> SandboxConfig:
         changes: dict[str, Any] = {}
         for name in _SETTINGS:
             value = getattr(settings, name)

@@ -26,6 +26,7 @@ from agents.sandbox.errors import (
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
 )
+
 from lizard_core import errors as core
 from lizard_core.failures import describe_failure
 
@@ -59,9 +60,12 @@ def exec_errors(command: Sequence[str], timeout: float | None) -> Iterator[None]
     try:
         yield
     except core.CommandTimeoutError as error:
-        context = {"stdout": _preview(error.stdout), "stderr": _preview(error.stderr)}
+        shown: dict[str, object] = {
+            "stdout": _preview(error.stdout),
+            "stderr": _preview(error.stderr),
+        }
         raise ExecTimeoutError(
-            command=command, timeout_s=timeout, context=context, cause=error
+            command=command, timeout_s=timeout, context=shown, cause=error
         ) from error
     except core.OutputLimitError as error:
         context = {

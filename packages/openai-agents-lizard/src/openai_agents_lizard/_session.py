@@ -25,6 +25,7 @@ Contract (proven against lizard-local in ``tests/``):
 
 from __future__ import annotations
 
+import contextlib
 import io
 import tarfile
 import tempfile
@@ -46,6 +47,7 @@ from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.sandbox.types import ExecResult, User
 from agents.sandbox.util.tar_utils import validate_tarfile
 from agents.sandbox.workspace_paths import coerce_posix_path
+
 from lizard_core import errors as core
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
 from lizard_core.files import CHUNK_SIZE, SandboxFiles
@@ -144,7 +146,7 @@ class LizardSandboxSession(BaseSandboxSession):
         self,
         argv: list[str],
         *,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109  # the command's own limit, in the guest
         user: str | None = None,
         input: bytes | None = None,
         env: dict[str, str] | None = None,
@@ -161,7 +163,11 @@ class LizardSandboxSession(BaseSandboxSession):
                 input=input,
             )
 
-    async def _exec_internal(self, *command: str | Path, timeout: float | None = None) -> ExecResult:
+    async def _exec_internal(
+        self,
+        *command: str | Path,
+        timeout: float | None = None,  # noqa: ASYNC109  # the SDK's signature
+    ) -> ExecResult:
         argv = [str(part) for part in command]
         user = None
         # SandboxSession.exec prefixes `sudo -u USER --`; Lizard switches users itself.
@@ -198,7 +204,9 @@ class LizardSandboxSession(BaseSandboxSession):
                 "absolute" if original.is_absolute() else "escape_root"
             )
             detail = result.stderr.decode("utf-8", errors="replace").strip()
-            raise InvalidManifestPathError(rel=original.as_posix(), reason=reason, context={"detail": detail})
+            raise InvalidManifestPathError(
+                rel=original.as_posix(), reason=reason, context={"detail": detail}
+            )
         return target, result
 
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
@@ -209,7 +217,10 @@ class LizardSandboxSession(BaseSandboxSession):
         if result.exit_code == _MISSING:
             raise WorkspaceReadNotFoundError(path=target)
         if result.exit_code != _LARGE:
-            context = {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
+            context = {
+                "exit_code": result.exit_code,
+                "stderr": result.stderr.decode(errors="replace"),
+            }
             raise WorkspaceArchiveReadError(path=target, context=context)
         spool = _spool()
         try:
@@ -220,7 +231,7 @@ class LizardSandboxSession(BaseSandboxSession):
             spool.close()
             raise
         spool.seek(0)
-        return spool  # type: ignore[return-value]  # an io.IOBase on Python >= 3.11
+        return spool  # an io.IOBase since Python 3.11
 
     async def write(
         self, path: Path | str, data: io.IOBase, *, user: str | User | None = None
@@ -233,7 +244,10 @@ class LizardSandboxSession(BaseSandboxSession):
         stdin = None if streamed else head
         target, result = await self._transfer(_WRITE_SCRIPT, path, "1", user, input=stdin, env=env)
         if result.exit_code != 0:
-            context = {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
+            context = {
+                "exit_code": result.exit_code,
+                "stderr": result.stderr.decode(errors="replace"),
+            }
             raise WorkspaceArchiveWriteError(path=target, context=context)
         if streamed:
 
@@ -249,10 +263,16 @@ class LizardSandboxSession(BaseSandboxSession):
     def _archive_path(self) -> str:
         return f"/tmp/openai-agents-lizard-{uuid.uuid4().hex}.tar"
 
-    async def _checked(self, argv: list[str], error: type[Exception], root: Path) -> None:
-        result = await self._run(argv)
-        if result.exit_code != 0:
-            raise error(path=root, cause=ExecNonZeroError(result, command=argv))  # type: ignore[call-arg]
+    async def _checked(
+        self,
+        argv: list[str],
+        error: type[WorkspaceArchiveReadError | WorkspaceArchiveWriteError],
+        root: Path,
+    ) -> None:
+        done = await self._run(argv)
+        if done.exit_code != 0:
+            result = ExecResult(stdout=done.stdout, stderr=done.stderr, exit_code=done.exit_code)
+            raise error(path=root, cause=ExecNonZeroError(result, command=argv))
 
     async def persist_workspace(self) -> io.IOBase:
         """A tar of the workspace root, members relative to it, spooled on the host."""
@@ -273,7 +293,7 @@ class LizardSandboxSession(BaseSandboxSession):
         finally:
             await self._remove_quietly(archive)
         spool.seek(0)
-        return spool  # type: ignore[return-value]
+        return spool
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
         """Unpack a tar made by :meth:`persist_workspace` under the workspace root."""
@@ -299,11 +319,9 @@ class LizardSandboxSession(BaseSandboxSession):
                 await self._remove_quietly(archive)
 
     async def _remove_quietly(self, path: str) -> None:
-        try:
+        # A temporary file in /tmp: the sandbox's end removes it anyway.
+        with contextlib.suppress(core.LizardIntegrationError, OSError):
             await self._files.aremove(path)
-        except (core.LizardIntegrationError, OSError):
-            pass  # a temporary file in /tmp; the sandbox's end removes it anyway
 
     def __repr__(self) -> str:
         return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"
-
