@@ -302,6 +302,31 @@ def use_langchain_lizard() -> str:
     return "LizardSandbox ran python3 (42), wrote and downloaded a file, destroyed its sandbox"
 
 
+def use_openai_agents_lizard() -> str:
+    """Create a session the way the SDK's runner does, run one command, delete the sandbox."""
+    client_class, options_class = public_served(
+        "openai_agents_lizard", "LizardSandboxClient", "LizardSandboxClientOptions"
+    )
+    client = client_class()
+
+    async def open_session() -> Any:
+        session = await client.create(options=options_class(template="base", lifetime_ms=60_000))
+        try:
+            await session.start()
+        except BaseException:
+            await client.delete(session)
+            raise
+        return session
+
+    result = run_and_clean_up(
+        open_session,
+        lambda session: session.exec(*COMMAND, shell=False),
+        client.delete,
+    )
+    expect_answer("openai-agents-lizard", result.exit_code, result.stdout.decode())
+    return "LizardSandboxClient's session ran python3 (42) and deleted its sandbox"
+
+
 USES: dict[str, Callable[[], str]] = {
     "langchain-lizard": use_langchain_lizard,
     "lizard-core": use_lizard_core,
@@ -310,6 +335,7 @@ USES: dict[str, Callable[[], str]] = {
     "pydantic-ai-lizard": use_pydantic_ai_lizard,
     "inspect-lizard": use_inspect_lizard,
     "lizard-adk": use_lizard_adk,
+    "openai-agents-lizard": use_openai_agents_lizard,
 }
 
 
