@@ -52,8 +52,11 @@ class ScriptedModel(Model):
 
     def __init__(self, turns: Sequence[Sequence[TResponseOutputItem]]) -> None:
         self.turns = [list(turn) for turn in turns]
+        self.tool_names: set[str] = set()
+        """The names of every tool the runner offered the model."""
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+        self.tool_names.update(tool.name for tool in kwargs.get("tools", ()))
         return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:

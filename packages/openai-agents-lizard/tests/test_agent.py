@@ -96,7 +96,10 @@ async def test_cancelling_a_run_stops_its_command(
     assert set(lizard_local.sandboxes()) == before, "the cancelled run left its sandbox"
 
 
-async def test_the_model_sees_a_timeout(client: LizardSandboxClient) -> None:
+async def test_without_a_pty_each_command_is_one_shot_with_a_hard_timeout(
+    client: LizardSandboxClient,
+) -> None:
+    """The documented degradation: no ``write_stdin`` tool; ``yield_time_ms`` ends a command."""
     model = ScriptedModel(
         [
             [call("exec_command", "c_slow", cmd="sleep 30", yield_time_ms=500)],
@@ -106,3 +109,5 @@ async def test_the_model_sees_a_timeout(client: LizardSandboxClient) -> None:
     result = await Runner.run(make_agent(model), "be slow", run_config=run_config(client))
     assert result.final_output == "gave up"
     assert "timed out" in tool_outputs(result.new_items)[0]
+    assert "exec_command" in model.tool_names
+    assert "write_stdin" not in model.tool_names

@@ -223,3 +223,9 @@ async def test_a_gone_sandbox_is_a_transport_error_and_not_running(
     assert caught.value.context["retryable"] is False
     assert not await session.running()
     await client.delete(session)
+
+
+async def test_there_is_no_pty_and_no_call_pretends_otherwise(shared: SandboxSession) -> None:
+    assert not shared.supports_pty()
+    with pytest.raises(NotImplementedError):
+        await shared.pty_exec_start("cat", shell=False, tty=True, yield_time_s=0.1)
