@@ -25,6 +25,7 @@ from agents.sandbox.errors import (
 )
 from agents.sandbox.manifest import Environment, Manifest
 from agents.sandbox.session.sandbox_session import SandboxSession
+from agents.sandbox.workspace_paths import SandboxPathGrant
 
 from lizard_core.files import CHUNK_SIZE
 from lizard_local import LocalServer
@@ -46,6 +47,10 @@ async def shared(lizard_local: LocalServer) -> AsyncIterator[SandboxSession]:
     client = LizardSandboxClient()
     manifest = Manifest(
         root="/workspace/project",
+        extra_path_grants=(
+            SandboxPathGrant(path="/tmp/granted-rw"),
+            SandboxPathGrant(path="/tmp/granted-ro", read_only=True),
+        ),
         entries={"seed.txt": File(content=b"seed\n")},
         environment=Environment(value={"FROM_MANIFEST": "manifest", "BOTH": "manifest"}),
     )
@@ -229,3 +234,19 @@ async def test_there_is_no_pty_and_no_call_pretends_otherwise(shared: SandboxSes
     assert not shared.supports_pty()
     with pytest.raises(NotImplementedError):
         await shared.pty_exec_start("cat", shell=False, tty=True, yield_time_s=0.1)
+
+
+async def test_extra_path_grants_are_honoured_in_the_sandbox(shared: SandboxSession) -> None:
+    made = await shared.exec(
+        "sh",
+        "-c",
+        "mkdir -p /tmp/granted-rw /tmp/granted-ro && echo ro > /tmp/granted-ro/f",
+        shell=False,
+    )
+    assert made.ok()
+    await shared.write(Path("/tmp/granted-rw/f"), io.BytesIO(b"rw"))
+    assert (await shared.read(Path("/tmp/granted-rw/f"))).read() == b"rw"
+    assert (await shared.read(Path("/tmp/granted-ro/f"))).read() == b"ro\n"
+    with pytest.raises(WorkspaceArchiveWriteError):
+        await shared.write(Path("/tmp/granted-ro/f"), io.BytesIO(b"no"))
+    assert (await shared.exec("cat", "/tmp/granted-ro/f", shell=False)).stdout == b"ro\n"

@@ -65,10 +65,10 @@ SMALL_READ: Final = STREAM_BUDGET
 SMALL_WRITE: Final = INPUT_INLINE - 64 * 1024
 """Writes up to this size travel as the stdin of the one exec that resolves their path."""
 
-# Exit codes of the transfer scripts below; the resolver's own (111 escape, 113 bad grant,
-# 114 read-only grant) pass through.
+# Exit codes of the transfer scripts below; the resolver's own pass through: 111 the path
+# escapes, 114 it is under a read-only grant (others, like a symlink loop, fail the transfer).
 _MISSING, _IS_DIR, _LARGE = 65, 66, 75
-_ESCAPED = (111, 112, 113, 114)
+_ESCAPED, _READ_ONLY = 111, 114
 
 # $1: the SDK's resolver; $2..: its arguments (root, path, mode, grants).
 _RESOLVE = 'helper=$1; shift; p=$(sh -c "$helper" sh "$@") || exit $?; '
@@ -198,7 +198,10 @@ class LizardSandboxSession(BaseSandboxSession):
         argv += [policy.sandbox_root().as_posix(), target.as_posix(), mode, *grants]
         name = user.name if isinstance(user, User) else user
         result = await self._run(argv, user=name, **kwargs)  # type: ignore[arg-type]
-        if result.exit_code in _ESCAPED:
+        if result.exit_code == _READ_ONLY and mode == "1":
+            context = {"reason": "read_only_extra_path_grant", "path": target.as_posix()}
+            raise WorkspaceArchiveWriteError(path=target, context=context)
+        if result.exit_code == _ESCAPED:
             original = coerce_posix_path(path)
             reason: Literal["absolute", "escape_root"] = (
                 "absolute" if original.is_absolute() else "escape_root"
