@@ -1,0 +1,289 @@
+"""An interactive process kept in the sandbox: started once, fed and read one call at a time.
+
+What holds (tested against lizard-local in ``tests/test_interactive.py``):
+
+- **Kept between calls.** :func:`astart_interactive` starts ``argv`` under a small guest daemon
+  (standard-library Python, detached into its own session) that outlives the request; the
+  process runs in ``cwd`` with the sandbox's environment plus ``env``, as ``user``.
+- **A terminal when asked.** ``tty=True`` runs it under a pseudo-terminal (echo, CR LF line ends,
+  ``isatty()`` true); otherwise stdin is a pipe and stdout and stderr share one pipe.
+- **Each call is one request** and waits in the guest up to ``wait`` seconds (less when the
+  process ends) before it returns the output since the previous call, in order, as exact bytes:
+  at most :data:`READ_BUDGET` bytes a call, the rest kept for the next. :class:`Update` carries
+  the exit code once the process has ended and its output has been read.
+- **Input** (:meth:`InteractiveProcess.afeed`) goes to the process's stdin as given; feeding a
+  process that has ended raises ``BrokenPipeError``.
+- **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
+  :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder, and
+  doing it again is harmless. Destroying the sandbox ends everything anyway.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from lizard_core.commands import arun_command
+from lizard_core.errors import GuestProtocolError
+from lizard_core.session import Session
+
+__all__ = ["READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
+
+READ_BUDGET: Final = 1024 * 1024
+"""Most output bytes one call returns; the rest waits for the next call."""
+_ROOT: Final = "/tmp/.lizard-interactive"
+_TIMED_OUT: Final = 124
+
+# Runs in the sandbox (Python 3.8+, standard library). argv[1]: the request as JSON.
+_GUEST: Final = r"""
+import base64, errno, json, os, select, signal, sys, time
+req = json.loads(sys.argv[1])
+d = req["dir"]
+P = lambda name: os.path.join(d, name)
+def exit_code():
+    try:
+        with open(P("exit")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+def status_code(status):
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return 128 + os.WTERMSIG(status)
+def daemon():
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    fifo = os.open(P("in"), os.O_RDWR)  # read and write: never an EOF between writers
+    out = os.open(P("out"), os.O_WRONLY | os.O_APPEND)
+    argv = req["argv"]
+    if req["tty"]:
+        import pty
+        child, master = pty.fork()
+        if child == 0:
+            try:
+                os.execvp(argv[0], argv)
+            finally:
+                os._exit(127)
+        to_child = from_child = master
+    else:
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        child = os.fork()
+        if child == 0:
+            os.setsid()
+            os.dup2(r_in, 0)
+            os.dup2(w_out, 1)
+            os.dup2(w_out, 2)
+            for fd in (r_in, w_in, r_out, w_out, fifo, out):
+                os.close(fd)
+            try:
+                os.execvp(argv[0], argv)
+            finally:
+                os._exit(127)
+        os.close(r_in)
+        os.close(w_out)
+        to_child, from_child = w_in, r_out
+    with open(P("pid.tmp"), "w") as f:
+        f.write(str(child))
+    os.rename(P("pid.tmp"), P("pid"))
+    deadline = None if req["timeout"] is None else time.monotonic() + req["timeout"]
+    timed_out = False
+    while True:
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready, _, _ = select.select([fifo, from_child], [], [], wait)
+        if not ready and deadline is not None and time.monotonic() >= deadline:
+            timed_out = True
+            try:
+                os.killpg(child, signal.SIGKILL)
+            except OSError:
+                pass
+            deadline = None
+            continue
+        if fifo in ready:
+            data = os.read(fifo, 65536)
+            try:
+                os.write(to_child, data)
+            except OSError:
+                pass
+        if from_child in ready:
+            try:
+                data = os.read(from_child, 65536)
+            except OSError:  # EIO: the terminal's last holder closed it
+                data = b""
+            if not data:
+                break
+            os.write(out, data)
+    _, status = os.waitpid(child, 0)
+    code = 124 if timed_out else status_code(status)
+    with open(P("exit.tmp"), "w") as f:
+        f.write(str(code))
+    os.rename(P("exit.tmp"), P("exit"))
+op = req["op"]
+if op == "start":
+    os.makedirs(d, mode=0o700)
+    os.mkfifo(P("in"), 0o600)
+    open(P("out"), "wb").close()
+    first = os.fork()
+    if first == 0:
+        os.setsid()
+        if os.fork() == 0:
+            try:
+                daemon()
+            finally:
+                os._exit(0)
+        os._exit(0)
+    os.waitpid(first, 0)
+elif op == "feed":
+    if exit_code() is not None:
+        sys.stderr.write("the process has ended\n")
+        sys.exit(32)
+    try:
+        fd = os.open(P("in"), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError as error:
+        sys.stderr.write("%s\n" % error)
+        sys.exit(32 if error.errno == errno.ENXIO else 2)
+    data = base64.b64decode(req["data"])
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            time.sleep(0.01)
+    os.close(fd)
+elif op == "stop":
+    try:
+        with open(P("pid")) as f:
+            os.killpg(int(f.read()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+    import shutil
+    shutil.rmtree(d, ignore_errors=True)
+    sys.exit(0)
+deadline = time.monotonic() + req["wait"]
+while time.monotonic() < deadline and exit_code() is None:
+    time.sleep(0.02)
+code = exit_code()
+try:
+    with open(P("out"), "rb") as f:
+        f.seek(req["offset"])
+        data = f.read(req["budget"])
+        more = f.read(1) != b""
+except OSError:
+    data, more = b"", False
+head = {"read": len(data), "exit": None if more else code}
+sys.stdout.buffer.write(json.dumps(head).encode() + b"\n" + data)
+"""
+
+
+@dataclass(frozen=True)
+class Update:
+    """What one call saw: the output since the previous call, and the exit code once ended."""
+
+    output: bytes
+    exit_code: int | None
+
+
+class InteractiveProcess:
+    """A process kept in the sandbox by :func:`astart_interactive` (see the module docstring)."""
+
+    def __init__(self, session: Session, directory: str, user: str | None) -> None:
+        self._session = session
+        self._directory = directory
+        self._user = user
+        self._offset = 0
+        self.exit_code: int | None = None
+        """The exit code, once a call has seen the process end."""
+
+    async def _call(self, op: str, *, wait: float = 0.0, data: bytes = b"") -> Update:
+        request = {
+            "op": op,
+            "dir": self._directory,
+            "offset": self._offset,
+            "budget": READ_BUDGET,
+            "wait": wait,
+            "data": base64.b64encode(data).decode(),
+        }
+        result = await arun_command(
+            self._session,
+            ["python3", "-c", _GUEST, json.dumps(request)],
+            timeout=wait + 30.0,
+            user=self._user,
+        )
+        if result.exit_code == 32:
+            raise BrokenPipeError("the interactive process has ended")
+        if result.exit_code != 0:
+            raise GuestProtocolError(f"interactive {op} failed: {result.stderr[-2000:]!r}")
+        if op == "stop":
+            return Update(b"", self.exit_code)
+        head, _, output = result.stdout.partition(b"\n")
+        try:
+            seen = json.loads(head)
+        except ValueError as error:
+            raise GuestProtocolError("interactive call answered without its header") from error
+        if seen.get("read") != len(output):
+            raise GuestProtocolError("interactive call's output was cut short")
+        self._offset += len(output)
+        if seen.get("exit") is not None:
+            self.exit_code = int(seen["exit"])
+        return Update(output, self.exit_code)
+
+    async def afeed(self, data: bytes, *, wait: float) -> Update:
+        """Write ``data`` to the process's stdin, then wait up to ``wait`` s for its output."""
+        if not isinstance(data, bytes):
+            raise TypeError("data must be bytes")
+        return await self._call("feed" if data else "poll", wait=wait, data=data)
+
+    async def aterminate(self) -> None:
+        """Kill the process group and remove its folder; harmless when already done."""
+        await self._call("stop")
+
+
+async def astart_interactive(
+    session: Session,
+    argv: Sequence[str],
+    *,
+    cwd: str | None = None,
+    env: Mapping[str, str] | None = None,
+    user: str | None = None,
+    tty: bool = False,
+    wait: float = 0.25,
+    timeout: float | None = None,  # noqa: ASYNC109  # the process's own limit, in the guest
+) -> tuple[InteractiveProcess, Update]:
+    """Start ``argv`` in the sandbox; return its handle and the output of the first ``wait`` s."""
+    argv = list(argv)
+    if not argv or not all(isinstance(part, str) for part in argv):
+        raise TypeError("argv must be a non-empty sequence of str")
+    if timeout is not None and timeout <= 0:
+        raise ValueError("timeout must be positive")
+    directory = f"{_ROOT}/{uuid.uuid4().hex}"
+    request = {
+        "op": "start",
+        "dir": directory,
+        "argv": argv,
+        "tty": bool(tty),
+        "timeout": timeout,
+        "offset": 0,
+        "budget": READ_BUDGET,
+        "wait": wait,
+    }
+    result = await arun_command(
+        session,
+        ["python3", "-c", _GUEST, json.dumps(request)],
+        cwd=cwd,
+        env=env,
+        timeout=wait + 30.0,
+        user=user,
+    )
+    process = InteractiveProcess(session, directory, user)
+    if result.exit_code != 0:
+        raise GuestProtocolError(f"interactive start failed: {result.stderr[-2000:]!r}")
+    head, _, output = result.stdout.partition(b"\n")
+    seen = json.loads(head)
+    process._offset = len(output)
+    if seen.get("exit") is not None:
+        process.exit_code = int(seen["exit"])
+    return process, Update(output, process.exit_code)

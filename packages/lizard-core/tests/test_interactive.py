@@ -1,0 +1,66 @@
+"""``lizard_core.interactive``: a process kept in the sandbox, fed and read per call."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lizard_core.interactive import astart_interactive
+from lizard_local import LocalServer
+
+ECHO_LINES = "printf 'ready\\n'; while IFS= read -r line; do printf 'got:%s\\n' \"$line\"; done"
+EXEC = "POST /api/sandboxes/{id}/exec"
+
+
+async def test_a_terminal_process_is_kept_and_fed_one_request_per_call(
+    module_session: Any, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    process, first = await astart_interactive(
+        module_session, ["sh", "-c", ECHO_LINES], tty=True, wait=0.3
+    )
+    assert first.output == b"ready\r\n"
+    assert first.exit_code is None
+    update = await process.afeed(b"hello pty\n", wait=0.3)
+    assert update.output == b"hello pty\r\ngot:hello pty\r\n"  # the terminal echoes input
+    assert lizard_counters.counters()["routes"] == {EXEC: 2}
+    tty = await astart_interactive(
+        module_session, ["python3", "-c", "import sys; print(sys.stdin.isatty())"], tty=True, wait=2
+    )
+    assert tty[1].output.strip() == b"True"
+    await process.aterminate()
+    await process.aterminate()  # harmless
+
+
+async def test_a_pipe_process_ends_with_its_exit_code_and_refuses_input(
+    module_session: Any,
+) -> None:
+    process, update = await astart_interactive(
+        module_session, ["sh", "-c", "echo out; echo err >&2; exit 3"], wait=5
+    )
+    assert update == type(update)(b"out\nerr\n", 3)
+    with pytest.raises(BrokenPipeError):
+        await process.afeed(b"late", wait=0.1)
+    await process.aterminate()
+
+
+async def test_output_comes_in_order_across_calls_and_a_timeout_kills(module_session: Any) -> None:
+    process, update = await astart_interactive(module_session, ["cat"], wait=0.1)
+    assert update.output == b""
+    assert (await process.afeed(b"abc\n", wait=0.3)).output == b"abc\n"
+    assert (await process.afeed(b"def\n", wait=0.3)).output == b"def\n"
+    await process.aterminate()
+    slow, _ = await astart_interactive(module_session, ["sleep", "30"], wait=0.1, timeout=0.5)
+    assert (await slow.afeed(b"", wait=3)).exit_code == 124
+
+
+async def test_bad_arguments_fail_before_any_request(
+    module_session: Any, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    with pytest.raises(TypeError):
+        await astart_interactive(module_session, [])
+    with pytest.raises(ValueError, match="timeout"):
+        await astart_interactive(module_session, ["true"], timeout=0)
+    assert lizard_counters.counters()["total"] == 0
