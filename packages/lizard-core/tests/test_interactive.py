@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
 from lizard_core.interactive import astart_interactive
 from lizard_local import LocalServer
+from lizard_local.contract import pids_carrying
 
 ECHO_LINES = "printf 'ready\\n'; while IFS= read -r line; do printf 'got:%s\\n' \"$line\"; done"
 EXEC = "POST /api/sandboxes/{id}/exec"
@@ -64,3 +66,19 @@ async def test_bad_arguments_fail_before_any_request(
     with pytest.raises(ValueError, match="timeout"):
         await astart_interactive(module_session, ["true"], timeout=0)
     assert lizard_counters.counters()["total"] == 0
+
+
+async def test_a_cancelled_start_ends_its_process(module_session: Any) -> None:
+    token = "interactive-cancel-3f7a"
+    task = asyncio.create_task(
+        astart_interactive(module_session, ["sh", "-c", f"sleep 600 # {token}"], wait=20)
+    )
+    for _ in range(200):
+        if pids_carrying(token):
+            break
+        await asyncio.sleep(0.05)
+    assert pids_carrying(token)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not pids_carrying(token)

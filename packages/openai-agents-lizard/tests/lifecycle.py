@@ -36,6 +36,8 @@ OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000)
 """The tests' sandboxes: default template, a lifetime that outlasts a slow run."""
 
 FIXTURE_REPO = "/tmp/fixture-repo.git"
+ECHO_LINES = "printf 'ready\\n'; while IFS= read -r line; do printf 'got:%s\\n' \"$line\"; done"
+"""The SDK's PTY probe: says ready, then echoes each line it reads."""
 GIT_URL = "https://github.com/lizard-build/fixture.git"
 GIT_ENVS = {
     "GIT_CONFIG_COUNT": "1",

@@ -16,7 +16,7 @@ import asyncio
 import io
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +47,23 @@ OPTIONS = LizardSandboxClientOptions(lifetime_ms=300_000)
 PROGRAM = "import sys\nprint(6 * 7)\nprint('to stderr', file=sys.stderr)\n"
 
 
-class ScriptedModel(Model):
-    """Answers each turn with the next queued output items."""
+Turn = Sequence[TResponseOutputItem] | Callable[[Any], list[TResponseOutputItem]]
+"""A turn's output items, or a function of the model's input that makes them."""
 
-    def __init__(self, turns: Sequence[Sequence[TResponseOutputItem]]) -> None:
-        self.turns = [list(turn) for turn in turns]
+
+class ScriptedModel(Model):
+    """Answers each turn with the next queued output items (or those a function makes)."""
+
+    def __init__(self, turns: Sequence[Turn]) -> None:
+        self.turns = list(turns)
         self.tool_names: set[str] = set()
         """The names of every tool the runner offered the model."""
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         self.tool_names.update(tool.name for tool in kwargs.get("tools", ()))
-        return ModelResponse(output=self.turns.pop(0), usage=Usage(), response_id=None)
+        turn = self.turns.pop(0)
+        items = turn(kwargs.get("input")) if callable(turn) else list(turn)
+        return ModelResponse(output=items, usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError("the tests do not stream")

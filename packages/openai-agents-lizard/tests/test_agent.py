@@ -6,9 +6,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from agents import Runner
 from agents.sandbox.snapshot import LocalSnapshotSpec
@@ -96,18 +98,29 @@ async def test_cancelling_a_run_stops_its_command(
     assert set(lizard_local.sandboxes()) == before, "the cancelled run left its sandbox"
 
 
-async def test_without_a_pty_each_command_is_one_shot_with_a_hard_timeout(
+async def test_a_command_that_waits_for_input_is_fed_through_write_stdin(
     client: LizardSandboxClient,
 ) -> None:
-    """The documented degradation: no ``write_stdin`` tool; ``yield_time_ms`` ends a command."""
+    """The SDK's ``exec_command`` keeps a slow command running; ``write_stdin`` feeds it."""
+
+    def feed(items: Any) -> list[Any]:
+        last = str(items[-1]["output"])
+        session_id = int(re.search(r"session ID (\d+)", last).group(1))  # type: ignore[union-attr]
+        return [call("write_stdin", "c_feed", session_id=session_id, chars="lizard\n")]
+
+    script = "echo ready; read name; echo hello $name"
     model = ScriptedModel(
         [
-            [call("exec_command", "c_slow", cmd="sleep 30", yield_time_ms=500)],
-            [final("gave up")],
+            [call("exec_command", "c_start", cmd=script, yield_time_ms=500)],
+            feed,
+            [final("done")],
         ]
     )
-    result = await Runner.run(make_agent(model), "be slow", run_config=run_config(client))
-    assert result.final_output == "gave up"
-    assert "timed out" in tool_outputs(result.new_items)[0]
-    assert "exec_command" in model.tool_names
-    assert "write_stdin" not in model.tool_names
+    result = await Runner.run(make_agent(model), "greet", run_config=run_config(client))
+    assert result.final_output == "done"
+    started, fed = tool_outputs(result.new_items)
+    assert "ready" in started
+    assert "Process running with session ID" in started
+    assert "hello lizard" in fed
+    assert "Process exited with code 0" in fed
+    assert {"exec_command", "write_stdin"} <= model.tool_names

@@ -12,6 +12,7 @@ import tarfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import lifecycle
 import pytest
 import pytest_asyncio
 from agents.sandbox.entries import File
@@ -19,6 +20,7 @@ from agents.sandbox.errors import (
     ExecTimeoutError,
     ExecTransportError,
     InvalidManifestPathError,
+    PtySessionNotFoundError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
@@ -230,10 +232,45 @@ async def test_a_gone_sandbox_is_a_transport_error_and_not_running(
     await client.delete(session)
 
 
-async def test_there_is_no_pty_and_no_call_pretends_otherwise(shared: SandboxSession) -> None:
-    assert not shared.supports_pty()
-    with pytest.raises(NotImplementedError):
-        await shared.pty_exec_start("cat", shell=False, tty=True, yield_time_s=0.1)
+async def test_a_pty_process_is_kept_fed_and_read_one_request_per_call(
+    shared: SandboxSession, lizard_counters: LocalServer
+) -> None:
+    assert shared.supports_pty()
+    lizard_counters.reset_counters()
+    started = await shared.pty_exec_start(
+        "sh", "-c", lifecycle.ECHO_LINES, shell=False, tty=True, yield_time_s=0.25
+    )
+    assert started.output.replace(b"\r\n", b"\n") == b"ready\n"
+    assert started.process_id is not None
+    assert started.exit_code is None
+    update = await shared.pty_write_stdin(
+        session_id=started.process_id, chars="hello pty\n", yield_time_s=0.25
+    )
+    assert update.output.replace(b"\r\n", b"\n") == b"hello pty\ngot:hello pty\n"
+    assert update.process_id == started.process_id
+    assert lizard_counters.counters()["routes"] == {EXEC: 2}
+    ended = await shared.pty_write_stdin(
+        session_id=started.process_id, chars="\x04", yield_time_s=2
+    )
+    assert ended.exit_code == 0
+    assert ended.process_id is None
+    with pytest.raises(PtySessionNotFoundError):
+        await shared.pty_write_stdin(session_id=started.process_id, chars="x")
+
+
+async def test_a_short_pty_command_reports_its_exit_and_terminate_all_ends_the_rest(
+    shared: SandboxSession,
+) -> None:
+    done = await shared.pty_exec_start("echo hi; exit 7", yield_time_s=5)
+    assert done.output == b"hi\n"
+    assert done.exit_code == 7
+    assert done.process_id is None
+    token = "pty-terminate-9b1c"
+    kept = await shared.pty_exec_start(f"sleep 600 # {token}", yield_time_s=0.25)
+    assert kept.process_id is not None
+    assert pids_carrying(token)
+    await shared.pty_terminate_all()
+    assert not pids_carrying(token)
 
 
 async def test_extra_path_grants_are_honoured_in_the_sandbox(shared: SandboxSession) -> None:

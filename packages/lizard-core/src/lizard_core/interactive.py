@@ -15,12 +15,14 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
   :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder, and
-  doing it again is harmless. Destroying the sandbox ends everything anyway.
+  doing it again is harmless. A start cancelled (or failed) before it returned ends its process.
+  Destroying the sandbox ends everything anyway.
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from lizard_core.commands import arun_command
-from lizard_core.errors import GuestProtocolError
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError
 from lizard_core.session import Session
 
 __all__ = ["READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
@@ -270,15 +272,22 @@ async def astart_interactive(
         "budget": READ_BUDGET,
         "wait": wait,
     }
-    result = await arun_command(
-        session,
-        ["python3", "-c", _GUEST, json.dumps(request)],
-        cwd=cwd,
-        env=env,
-        timeout=wait + 30.0,
-        user=user,
-    )
     process = InteractiveProcess(session, directory, user)
+    try:
+        result = await arun_command(
+            session,
+            ["python3", "-c", _GUEST, json.dumps(request)],
+            cwd=cwd,
+            env=env,
+            timeout=wait + 30.0,
+            user=user,
+        )
+    except BaseException:
+        # Cancelled (or failed) while waiting for its first output: the process is detached, so
+        # stopping the request does not stop it. Nobody would ever get its handle: end it.
+        with contextlib.suppress(LizardIntegrationError):
+            await process.aterminate()
+        raise
     if result.exit_code != 0:
         raise GuestProtocolError(f"interactive start failed: {result.stderr[-2000:]!r}")
     head, _, output = result.stdout.partition(b"\n")

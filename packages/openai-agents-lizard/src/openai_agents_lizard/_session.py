@@ -18,9 +18,9 @@ Contract (proven against lizard-local in ``tests/``):
   chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no
   links out of the workspace).
 - **Shutdown** destroys the sandbox; again is harmless. ``running()`` asks the platform.
-- **No PTY.** Lizard's exec has no stdin channel, so ``supports_pty()`` is False: the SDK's
-  shell tool runs each command one-shot with its ``yield_time_ms`` as a hard timeout, and offers
-  no ``write_stdin`` tool.
+- **PTY.** ``pty_exec_start`` keeps the process in the sandbox (``lizard_core.interactive``,
+  under a terminal when ``tty=True``); each start and each ``pty_write_stdin`` is one request that
+  returns the output of its ``yield_time_s``. The SDK's shell tool then offers ``write_stdin``.
 """
 
 from __future__ import annotations
@@ -43,6 +43,13 @@ from agents.sandbox.errors import (
     WorkspaceStopError,
 )
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session.pty_types import (
+    PtyExecUpdate,
+    allocate_pty_process_id,
+    clamp_pty_yield_time_ms,
+    resolve_pty_write_yield_time_ms,
+    truncate_text_by_tokens,
+)
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.sandbox.types import ExecResult, User
 from agents.sandbox.util.tar_utils import validate_tarfile
@@ -51,6 +58,7 @@ from agents.sandbox.workspace_paths import coerce_posix_path
 from lizard_core import errors as core
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
 from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
 from lizard_core.session import Session
 
 from ._errors import exec_errors, failure_context, workspace_errors
@@ -101,6 +109,7 @@ class LizardSandboxSession(BaseSandboxSession):
         self.state = state
         self._session = session
         self._files = SandboxFiles(session)
+        self._ptys: dict[int, InteractiveProcess] = {}
 
     @property
     def sandbox_id(self) -> str:
@@ -175,6 +184,79 @@ class LizardSandboxSession(BaseSandboxSession):
             user, argv = argv[2], argv[4:]
         result = await self._run(argv, timeout=timeout, user=user)
         return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
+
+    # ── PTY: an interactive process kept in the sandbox ──────────────────
+
+    def supports_pty(self) -> bool:
+        return True
+
+    async def _pty_update(
+        self, process_id: int, update: Update, max_output_tokens: int | None
+    ) -> PtyExecUpdate:
+        text, original = truncate_text_by_tokens(
+            update.output.decode("utf-8", errors="replace"), max_output_tokens
+        )
+        if update.exit_code is not None:
+            self._ptys.pop(process_id, None)
+        return PtyExecUpdate(
+            process_id=None if update.exit_code is not None else process_id,
+            output=text.encode(),
+            exit_code=update.exit_code,
+            original_token_count=original,
+        )
+
+    async def pty_exec_start(
+        self,
+        *command: str | Path,
+        timeout: float | None = None,  # noqa: ASYNC109  # the SDK's signature
+        shell: bool | list[str] = True,
+        user: str | User | None = None,
+        tty: bool = False,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        """Start a process kept in the sandbox; its output of the first ``yield_time_s``."""
+        argv = self._prepare_exec_command(*command, shell=shell, user=None)
+        name = user.name if isinstance(user, User) else user
+        wait = clamp_pty_yield_time_ms(int((yield_time_s or 0.25) * 1000)) / 1000
+        with exec_errors(argv, timeout):
+            process, update = await astart_interactive(
+                self._session,
+                argv,
+                cwd=self.state.manifest.root,
+                env=await self._environment(),
+                user=name,
+                tty=tty,
+                wait=wait,
+                timeout=timeout,
+            )
+        process_id = allocate_pty_process_id(set(self._ptys))
+        self._ptys[process_id] = process
+        return await self._pty_update(process_id, update, max_output_tokens)
+
+    async def pty_write_stdin(
+        self,
+        *,
+        session_id: int,
+        chars: str,
+        yield_time_s: float | None = None,
+        max_output_tokens: int | None = None,
+    ) -> PtyExecUpdate:
+        """Feed ``chars`` to a kept process; its output within ``yield_time_s``."""
+        process = self._resolve_pty_session_entry(pty_processes=self._ptys, session_id=session_id)
+        wait_ms = resolve_pty_write_yield_time_ms(
+            yield_time_ms=int((yield_time_s or 0.25) * 1000), input_empty=chars == ""
+        )
+        with exec_errors(["write_stdin"], None):
+            update = await process.afeed(chars.encode(), wait=wait_ms / 1000)
+        return await self._pty_update(session_id, update, max_output_tokens)
+
+    async def pty_terminate_all(self) -> None:
+        processes, self._ptys = list(self._ptys.values()), {}
+        for process in processes:
+            # A sandbox already gone ended them too.
+            with contextlib.suppress(core.LizardIntegrationError):
+                await process.aterminate()
 
     # ── files ────────────────────────────────────────────────────────────
 
