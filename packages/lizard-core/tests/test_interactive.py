@@ -82,3 +82,10 @@ async def test_a_cancelled_start_ends_its_process(module_session: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not pids_carrying(token)
+
+
+async def test_another_user_gets_its_own_process(module_session: Any) -> None:
+    await astart_interactive(module_session, ["true"], wait=1)  # root's folder first
+    process, update = await astart_interactive(module_session, ["id", "-un"], user="nobody", wait=5)
+    assert update == type(update)(b"nobody\n", 0)
+    await process.aterminate()

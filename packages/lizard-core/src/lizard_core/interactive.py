@@ -37,7 +37,8 @@ __all__ = ["READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
 
 READ_BUDGET: Final = 1024 * 1024
 """Most output bytes one call returns; the rest waits for the next call."""
-_ROOT: Final = "/tmp/.lizard-interactive"
+# One private folder per process right under /tmp, so that any user can make its own.
+_PREFIX: Final = "/tmp/.lizard-interactive-"
 _TIMED_OUT: Final = 124
 
 # Runs in the sandbox (Python 3.8+, standard library). argv[1]: the request as JSON.
@@ -127,7 +128,7 @@ def daemon():
     os.rename(P("exit.tmp"), P("exit"))
 op = req["op"]
 if op == "start":
-    os.makedirs(d, mode=0o700)
+    os.mkdir(d, 0o700)
     os.mkfifo(P("in"), 0o600)
     open(P("out"), "wb").close()
     first = os.fork()
@@ -261,7 +262,7 @@ async def astart_interactive(
         raise TypeError("argv must be a non-empty sequence of str")
     if timeout is not None and timeout <= 0:
         raise ValueError("timeout must be positive")
-    directory = f"{_ROOT}/{uuid.uuid4().hex}"
+    directory = f"{_PREFIX}{uuid.uuid4().hex}"
     request = {
         "op": "start",
         "dir": directory,
