@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import pytest
 
+from lizard_core import interactive
+from lizard_core.errors import GuestProtocolError
 from lizard_core.interactive import astart_interactive
 from lizard_local import LocalServer
 from lizard_local.contract import pids_carrying
@@ -89,3 +92,22 @@ async def test_another_user_gets_its_own_process(module_session: Any) -> None:
     process, update = await astart_interactive(module_session, ["id", "-un"], user="nobody", wait=5)
     assert update == type(update)(b"nobody\n", 0)
     await process.aterminate()
+
+
+async def test_a_stop_that_overtakes_its_start_leaves_nothing_running(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch, lizard_counters: LocalServer
+) -> None:
+    # A cancelled start's stop can reach the sandbox before the start itself (a request still
+    # in flight): the start must then run nothing.
+    token = "interactive-overtaken-9c41"
+    name = uuid.uuid4()
+    monkeypatch.setattr(interactive.uuid, "uuid4", lambda: name)
+    early = interactive.InteractiveProcess(module_session, f"{interactive._PREFIX}{name.hex}", None)
+    await early.aterminate()
+    lizard_counters.reset_counters()
+    await early.aterminate()  # harmless, and no second request
+    assert lizard_counters.counters()["total"] == 0
+    with pytest.raises(GuestProtocolError):
+        await astart_interactive(module_session, ["sh", "-c", f"sleep 600 # {token}"], wait=1)
+    await asyncio.sleep(0.3)
+    assert not pids_carrying(token)

@@ -15,7 +15,9 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
   :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder, and
-  doing it again is harmless. A start cancelled (or failed) before it returned ends its process.
+  doing it again is harmless. A start cancelled (or failed) before it returned ends its process,
+  also when the stop reaches the sandbox before the start does (the stop leaves the folder as a
+  marker, and the start then runs nothing) or while it is starting.
   Destroying the sandbox ends everything anyway.
 """
 
@@ -91,9 +93,19 @@ def daemon():
         os.close(r_in)
         os.close(w_out)
         to_child, from_child = w_in, r_out
-    with open(P("pid.tmp"), "w") as f:
-        f.write(str(child))
-    os.rename(P("pid.tmp"), P("pid"))
+    try:
+        with open(P("pid.tmp"), "w") as f:
+            f.write(str(child))
+        os.rename(P("pid.tmp"), P("pid"))
+        stopped = os.path.exists(P("stop"))
+    except OSError:  # the folder is gone: a stop came while the process was starting
+        stopped = True
+    if stopped:  # stop marks before it reads the pid; we check after writing it
+        for kill in (os.killpg, os.kill):
+            try:
+                kill(child, signal.SIGKILL)
+            except OSError:
+                pass
     deadline = None if req["timeout"] is None else time.monotonic() + req["timeout"]
     timed_out = False
     while True:
@@ -159,6 +171,12 @@ elif op == "feed":
     os.close(fd)
 elif op == "stop":
     try:
+        os.mkdir(d, 0o700)  # first: the start, if it ever comes, finds it and starts nothing
+        sys.exit(0)
+    except FileExistsError:
+        pass
+    try:
+        open(P("stop"), "wb").close()
         with open(P("pid")) as f:
             os.killpg(int(f.read()), signal.SIGKILL)
     except (OSError, ValueError):
@@ -198,6 +216,7 @@ class InteractiveProcess:
         self._directory = directory
         self._user = user
         self._offset = 0
+        self._stopped = False
         self.exit_code: int | None = None
         """The exit code, once a call has seen the process end."""
 
@@ -242,7 +261,9 @@ class InteractiveProcess:
 
     async def aterminate(self) -> None:
         """Kill the process group and remove its folder; harmless when already done."""
-        await self._call("stop")
+        if not self._stopped:
+            await self._call("stop")
+            self._stopped = True
 
 
 async def astart_interactive(
