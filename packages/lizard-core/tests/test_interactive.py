@@ -111,3 +111,23 @@ async def test_a_stop_that_overtakes_its_start_leaves_nothing_running(
         await astart_interactive(module_session, ["sh", "-c", f"sleep 600 # {token}"], wait=1)
     await asyncio.sleep(0.3)
     assert not pids_carrying(token)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        """b'{"read": 3000000, "exit": null}\\n' + b"x" * 3000000""",  # past the budget
+        """b'{"read": 5, "exit": null}\\nabc'""",  # shorter than its header says
+        """b'{"read": 0, "exit": "zero"}\\n'""",  # an exit code that is not one
+        """b'no header'""",
+    ],
+    ids=["oversized", "short", "bad-exit", "no-header"],
+)
+async def test_the_host_bounds_and_checks_what_each_call_answers(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    # The sandbox is untrusted: whatever answers in the guest's place is bounded on the host.
+    script = f"import sys; sys.stdout.buffer.write({answer})"
+    monkeypatch.setattr(interactive, "_GUEST", script)
+    with pytest.raises(GuestProtocolError):
+        await astart_interactive(module_session, ["true"], wait=0.1)

@@ -10,7 +10,9 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
 - **Each call is one request** and waits in the guest up to ``wait`` seconds (less when the
   process ends) before it returns the output since the previous call, in order, as exact bytes:
   at most :data:`READ_BUDGET` bytes a call, the rest kept for the next. :class:`Update` carries
-  the exit code once the process has ended and its output has been read.
+  the exit code once the process has ended and its output has been read. The host accepts at
+  most that budget (plus a header) per call: an answer that is larger, or does not match its
+  header, is :class:`~lizard_core.errors.GuestProtocolError`, never cut silently.
 - **Input** (:meth:`InteractiveProcess.afeed`) goes to the process's stdin as given; feeding a
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
@@ -31,8 +33,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from lizard_core.commands import arun_command
-from lizard_core.errors import GuestProtocolError, LizardIntegrationError
+from lizard_core.commands import CommandResult, arun_command
+from lizard_core.errors import GuestProtocolError, LizardIntegrationError, OutputLimitError
 from lizard_core.session import Session
 
 __all__ = ["READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
@@ -42,6 +44,8 @@ READ_BUDGET: Final = 1024 * 1024
 # One private folder per process right under /tmp, so that any user can make its own.
 _PREFIX: Final = "/tmp/.lizard-interactive-"
 _TIMED_OUT: Final = 124
+# What the host accepts from one call: the budget, its header, and an error message.
+_ANSWER_LIMIT: Final = READ_BUDGET + 4096
 
 # Runs in the sandbox (Python 3.8+, standard library). argv[1]: the request as JSON.
 _GUEST: Final = r"""
@@ -229,11 +233,8 @@ class InteractiveProcess:
             "wait": wait,
             "data": base64.b64encode(data).decode(),
         }
-        result = await arun_command(
-            self._session,
-            ["python3", "-c", _GUEST, json.dumps(request)],
-            timeout=wait + 30.0,
-            user=self._user,
+        result = await _guest_call(
+            self._session, request, cwd=None, env=None, user=self._user, wait=wait
         )
         if result.exit_code == 32:
             raise BrokenPipeError("the interactive process has ended")
@@ -241,16 +242,23 @@ class InteractiveProcess:
             raise GuestProtocolError(f"interactive {op} failed: {result.stderr[-2000:]!r}")
         if op == "stop":
             return Update(b"", self.exit_code)
-        head, _, output = result.stdout.partition(b"\n")
+        return self._take(result.stdout)
+
+    def _take(self, answer: bytes) -> Update:
+        """Check one call's answer (header line, then the output) and advance past it."""
+        head, _, output = answer.partition(b"\n")
         try:
             seen = json.loads(head)
-        except ValueError as error:
+            read, code = seen["read"], seen["exit"]
+        except (ValueError, TypeError, KeyError) as error:
             raise GuestProtocolError("interactive call answered without its header") from error
-        if seen.get("read") != len(output):
-            raise GuestProtocolError("interactive call's output was cut short")
+        if read != len(output) or len(output) > READ_BUDGET:
+            raise GuestProtocolError("interactive call's output does not match its header")
+        if code is not None and (type(code) is not int or not -1 < code < 256):
+            raise GuestProtocolError(f"interactive call reported exit code {code!r}")
         self._offset += len(output)
-        if seen.get("exit") is not None:
-            self.exit_code = int(seen["exit"])
+        if code is not None:
+            self.exit_code = code
         return Update(output, self.exit_code)
 
     async def afeed(self, data: bytes, *, wait: float) -> Update:
@@ -296,14 +304,7 @@ async def astart_interactive(
     }
     process = InteractiveProcess(session, directory, user)
     try:
-        result = await arun_command(
-            session,
-            ["python3", "-c", _GUEST, json.dumps(request)],
-            cwd=cwd,
-            env=env,
-            timeout=wait + 30.0,
-            user=user,
-        )
+        result = await _guest_call(session, request, cwd=cwd, env=env, user=user, wait=wait)
     except BaseException:
         # Cancelled (or failed) while waiting for its first output: the process is detached, so
         # stopping the request does not stop it. Nobody would ever get its handle: end it.
@@ -312,9 +313,35 @@ async def astart_interactive(
         raise
     if result.exit_code != 0:
         raise GuestProtocolError(f"interactive start failed: {result.stderr[-2000:]!r}")
-    head, _, output = result.stdout.partition(b"\n")
-    seen = json.loads(head)
-    process._offset = len(output)
-    if seen.get("exit") is not None:
-        process.exit_code = int(seen["exit"])
-    return process, Update(output, process.exit_code)
+    try:
+        return process, process._take(result.stdout)
+    except GuestProtocolError:
+        with contextlib.suppress(LizardIntegrationError):
+            await process.aterminate()
+        raise
+
+
+async def _guest_call(
+    session: Session,
+    request: Mapping[str, object],
+    *,
+    cwd: str | None,
+    env: Mapping[str, str] | None,
+    user: str | None,
+    wait: float,
+) -> CommandResult:
+    """One request to the guest side; its answer bounded on the host before it is kept."""
+    try:
+        return await arun_command(
+            session,
+            ["python3", "-c", _GUEST, json.dumps(request)],
+            cwd=cwd,
+            env=env,
+            timeout=wait + 30.0,
+            user=user,
+            output_limit=_ANSWER_LIMIT,
+        )
+    except OutputLimitError as error:
+        raise GuestProtocolError(
+            f"interactive call answered more than {_ANSWER_LIMIT} bytes"
+        ) from error
