@@ -287,3 +287,52 @@ async def test_extra_path_grants_are_honoured_in_the_sandbox(shared: SandboxSess
     with pytest.raises(WorkspaceArchiveWriteError):
         await shared.write(Path("/tmp/granted-ro/f"), io.BytesIO(b"no"))
     assert (await shared.exec("cat", "/tmp/granted-ro/f", shell=False)).stdout == b"ro\n"
+
+
+@pytest.mark.parametrize("size", [SMALL_READ + 1, SMALL_WRITE + 1], ids=["read", "write"])
+async def test_large_transfers_honour_the_user(shared: SandboxSession, size: int) -> None:
+    # Another user's operation must not read or write what that user could not, large or not.
+    secret = os.urandom(size)
+    await shared.write(Path("owned/root-only.bin"), io.BytesIO(secret))
+    await shared.exec("chmod", "600", "owned/root-only.bin", shell=False)
+    await shared.exec("chown", "user", "owned", shell=False)  # the user may create files here
+    with pytest.raises((WorkspaceArchiveReadError, WorkspaceReadNotFoundError)):
+        stream = await shared.read(Path("owned/root-only.bin"), user="user")
+        assert stream.read() != secret, "user read a file only root can read"
+    with pytest.raises(WorkspaceArchiveWriteError):
+        await shared.write(Path("owned/root-only.bin"), io.BytesIO(b"y" * size), user="user")
+    assert (await shared.read(Path("owned/root-only.bin"))).read() == secret
+    # What the user may do still works, and what it writes is its own.
+    mine = os.urandom(size)
+    await shared.write(Path("owned/mine.bin"), io.BytesIO(mine), user="user")
+    owner = await shared.exec("stat", "-c", "%U %a", "owned/mine.bin", shell=False)
+    assert owner.stdout.split()[0] == b"user"
+    assert (await shared.read(Path("owned/mine.bin"), user="user")).read() == mine
+    leftovers = await shared.exec("sh", "-c", "ls -d /tmp/.openai-agents-lizard-* 2>/dev/null")
+    assert leftovers.stdout == b""
+
+
+async def test_a_large_read_as_a_user_cannot_be_raced_to_a_file_it_may_not_read(
+    shared: SandboxSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The path is checked as the user; an attacker then swaps the file for a symlink to one only
+    # root reads before the bytes are fetched. What comes back must be what the user could read.
+    secret, public = b"s" * (SMALL_READ + 1), b"p" * (SMALL_READ + 1)
+    await shared.write(Path("raced/secret.bin"), io.BytesIO(secret))
+    await shared.exec("chmod", "600", "raced/secret.bin", shell=False)
+    await shared.write(Path("raced/public.bin"), io.BytesIO(public))
+    inner = shared._inner
+    files = inner._files  # type: ignore[attr-defined]
+    fetch = files.aiter_bytes
+
+    async def swapped_first(path: str) -> AsyncIterator[bytes]:
+        await shared.exec("ln", "-sfn", "secret.bin", "raced/public.bin", shell=False)
+        async for piece in fetch(path):
+            yield piece
+
+    monkeypatch.setattr(files, "aiter_bytes", swapped_first)
+    try:
+        stream = await shared.read(Path("raced/public.bin"), user="user")
+    except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
+        return
+    assert stream.read() == public

@@ -13,6 +13,9 @@ Contract (proven against lizard-local in ``tests/``):
 - **Read / write.** A small file is one request each way. A larger one is streamed in
   ``lizard_core.files`` chunks: the host holds at most a chunk plus :data:`SPOOL_MEMORY` (a
   read is spooled to a temporary file past that, since the SDK reads the stream synchronously).
+  With ``user=``, every byte is read or written by that user's own process: a large transfer
+  goes through a stage only root and that user can touch, copied by the user's process, so it
+  can never reach what the user could not (two more requests).
 - **Persist / hydrate** (``workspace_persistence="tar"``): a tar of the workspace root with
   workspace-relative members, made and unpacked in the sandbox, moved through the host in
   chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import posixpath
 import tarfile
 import tempfile
 import uuid
@@ -80,15 +84,43 @@ _ESCAPED, _READ_ONLY = 111, 114
 
 # $1: the SDK's resolver; $2..: its arguments (root, path, mode, grants).
 _RESOLVE = 'helper=$1; shift; p=$(sh -c "$helper" sh "$@") || exit $?; '
+# $LIZARD_STAGE (when set): the staged copy a large transfer as another user goes through.
 _READ_SCRIPT = (
     _RESOLVE + f'[ -e "$p" ] || exit {_MISSING}; [ ! -d "$p" ] || exit {_IS_DIR}; '
+    'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$p" > "$LIZARD_STAGE"; fi; '
     f'if [ "$(wc -c < "$p")" -gt {SMALL_READ} ]; then printf %s "$p"; exit {_LARGE}; fi; '
     'exec cat -- "$p"'
 )
 _WRITE_SCRIPT = (
     _RESOLVE + f'[ ! -d "$p" ] || exit {_IS_DIR}; mkdir -p -- "$(dirname -- "$p")" || exit $?; '
+    'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$LIZARD_STAGE" > "$p"; fi; '
     'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
 )
+# A file only root and $1 can touch, in a folder nobody else can change: a user's large
+# transfer is copied through it by the user's own process, so the user's rights apply.
+_STAGE_SCRIPT = (
+    'd=$(mktemp -d /tmp/.openai-agents-lizard-XXXXXXXX) && chmod 711 "$d" && : > "$d/data" '
+    '&& chown -- "$1" "$d/data" && chmod 600 "$d/data" && printf %s "$d/data"'
+)
+
+
+_NO_STAGE: Final = {"LIZARD_STAGE": ""}
+
+
+def _failure(result: CommandResult) -> dict[str, object]:
+    return {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
+
+
+def _check_read(target: Path, result: CommandResult, *also_fine: int) -> None:
+    if result.exit_code == _MISSING:
+        raise WorkspaceReadNotFoundError(path=target)
+    if result.exit_code != 0 and result.exit_code not in also_fine:
+        raise WorkspaceArchiveReadError(path=target, context=_failure(result))
+
+
+def _check_written(target: Path, result: CommandResult) -> None:
+    if result.exit_code != 0:
+        raise WorkspaceArchiveWriteError(path=target, context=_failure(result))
 
 
 def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
@@ -265,7 +297,7 @@ class LizardSandboxSession(BaseSandboxSession):
         script: str,
         path: Path | str,
         mode: Literal["0", "1"],
-        user: str | User | None,
+        user: str | None,
         **kwargs: object,
     ) -> tuple[Path, CommandResult]:
         """Resolve ``path`` in the sandbox and run ``script`` on it, in one request."""
@@ -278,8 +310,7 @@ class LizardSandboxSession(BaseSandboxSession):
         ]
         argv = ["sh", "-c", script, "sh", RESOLVE_WORKSPACE_PATH_HELPER.content]
         argv += [policy.sandbox_root().as_posix(), target.as_posix(), mode, *grants]
-        name = user.name if isinstance(user, User) else user
-        result = await self._run(argv, user=name, **kwargs)  # type: ignore[arg-type]
+        result = await self._run(argv, user=user, **kwargs)  # type: ignore[arg-type]
         if result.exit_code == _READ_ONLY and mode == "1":
             context = {"reason": "read_only_extra_path_grant", "path": target.as_posix()}
             raise WorkspaceArchiveWriteError(path=target, context=context)
@@ -294,27 +325,43 @@ class LizardSandboxSession(BaseSandboxSession):
             )
         return target, result
 
+    async def _stage(self, user: str) -> str:
+        """A private file for one large transfer as ``user`` (see ``_STAGE_SCRIPT``)."""
+        done = await self._run(["sh", "-c", _STAGE_SCRIPT, "sh", user])
+        if done.exit_code != 0:
+            raise PermissionError(f"cannot stage a transfer for user {user!r}: {done.stderr!r}")
+        return done.stdout.decode()
+
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
-        """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks."""
-        target, result = await self._transfer(_READ_SCRIPT, path, "0", user)
+        """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks.
+
+        A large file read as ``user`` is first copied by that user's process into a private
+        stage, so only what the user can read ever leaves the sandbox.
+        """
+        name = user.name if isinstance(user, User) else user
+        target, result = await self._transfer(_READ_SCRIPT, path, "0", name, env=_NO_STAGE)
+        _check_read(target, result, _LARGE)
         if result.exit_code == 0:
             return io.BytesIO(result.stdout)
-        if result.exit_code == _MISSING:
-            raise WorkspaceReadNotFoundError(path=target)
-        if result.exit_code != _LARGE:
-            context = {
-                "exit_code": result.exit_code,
-                "stderr": result.stderr.decode(errors="replace"),
-            }
-            raise WorkspaceArchiveReadError(path=target, context=context)
+        source, stage = result.stdout.decode(), None
         spool = _spool()
         try:
+            if name is not None:
+                with workspace_errors(target, write=False):
+                    source = stage = await self._stage(name)
+                env = {"LIZARD_STAGE": stage}
+                _check_read(
+                    target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
+                )
             with workspace_errors(target, write=False):
-                async for piece in self._files.aiter_bytes(result.stdout.decode()):
+                async for piece in self._files.aiter_bytes(source):
                     spool.write(piece)
         except BaseException:
             spool.close()
             raise
+        finally:
+            if stage is not None:
+                await self._remove_quietly(posixpath.dirname(stage))
         spool.seek(0)
         return spool  # an io.IOBase since Python 3.11
 
@@ -325,23 +372,34 @@ class LizardSandboxSession(BaseSandboxSession):
         head = data.read(SMALL_WRITE + 1)
         head = head.encode() if isinstance(head, str) else bytes(head or b"")
         streamed = len(head) > SMALL_WRITE
-        env = {"LIZARD_STREAMED": "1" if streamed else "0"}
+        env = {**_NO_STAGE, "LIZARD_STREAMED": "1" if streamed else "0"}
         stdin = None if streamed else head
-        target, result = await self._transfer(_WRITE_SCRIPT, path, "1", user, input=stdin, env=env)
-        if result.exit_code != 0:
-            context = {
-                "exit_code": result.exit_code,
-                "stderr": result.stderr.decode(errors="replace"),
-            }
-            raise WorkspaceArchiveWriteError(path=target, context=context)
-        if streamed:
+        name = user.name if isinstance(user, User) else user
+        target, result = await self._transfer(_WRITE_SCRIPT, path, "1", name, input=stdin, env=env)
+        _check_written(target, result)
+        if not streamed:
+            return
 
-            def pieces() -> Iterator[bytes]:
-                yield head
-                yield from _chunks(data)
+        def pieces() -> Iterator[bytes]:
+            yield head
+            yield from _chunks(data)
 
+        if name is None:
             with workspace_errors(target, write=True):
                 await self._files.awrite_chunks(result.stdout.decode(), pieces())
+            return
+        # As another user: staged, then copied into place by that user's own process.
+        with workspace_errors(target, write=True):
+            stage = await self._stage(name)
+        try:
+            with workspace_errors(target, write=True):
+                await self._files.awrite_chunks(stage, pieces())
+            env = {"LIZARD_STAGE": stage, "LIZARD_STREAMED": "0"}
+            _check_written(
+                target, (await self._transfer(_WRITE_SCRIPT, path, "1", name, env=env))[1]
+            )
+        finally:
+            await self._remove_quietly(posixpath.dirname(stage))
 
     # ── workspace persistence ────────────────────────────────────────────
 
