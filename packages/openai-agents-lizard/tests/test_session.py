@@ -33,6 +33,7 @@ from lizard_core.files import CHUNK_SIZE
 from lizard_local import LocalServer
 from lizard_local.contract import pids_carrying
 from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
+from openai_agents_lizard import _session as session_module
 from openai_agents_lizard._session import SMALL_READ, SMALL_WRITE
 
 EXEC = "POST /api/sandboxes/{id}/exec"
@@ -206,16 +207,52 @@ async def test_persist_makes_a_workspace_relative_tar_and_hydrate_unpacks_it(
     assert (await shared.read(Path("kept/deep/file.txt"))).read() == b"kept"
 
 
-async def test_hydrate_refuses_a_tar_that_escapes(shared: SandboxSession) -> None:
+def _hostile_tar(kind: str) -> io.BytesIO:
     archive = io.BytesIO()
     with tarfile.open(fileobj=archive, mode="w") as tar:
-        info = tarfile.TarInfo("../escaped.txt")
-        info.size = 1
-        tar.addfile(info, io.BytesIO(b"x"))
+
+        def add(name: str, **fields: object) -> None:
+            info = tarfile.TarInfo(name)
+            for key, value in fields.items():
+                setattr(info, key, value)
+            data = b"x" if info.isreg() else b""
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+
+        if kind == "dotdot":
+            add("../escaped.txt")
+        elif kind == "absolute":
+            add("/workspace/escaped.txt")
+        elif kind == "symlink-out":
+            add("escaped-link", type=tarfile.SYMTYPE, linkname="/etc")
+        elif kind == "under-symlink":
+            add("inner", type=tarfile.SYMTYPE, linkname="..")
+            add("inner/escaped.txt")
+        elif kind == "hardlink":
+            add("escaped-hard", type=tarfile.LNKTYPE, linkname="/etc/passwd")
+        elif kind == "device":
+            add("escaped-dev", type=tarfile.CHRTYPE, devmajor=1, devminor=3)
+        elif kind == "many":
+            for index in range(11):
+                add(f"m/{index}")
     archive.seek(0)
+    return archive
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["dotdot", "absolute", "symlink-out", "under-symlink", "hardlink", "device", "many"],
+)
+async def test_hydrate_refuses_a_hostile_tar_before_extracting_anything(
+    shared: SandboxSession, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(session_module, "HYDRATE_MEMBERS", 10)  # "many": one more than that
     with pytest.raises(WorkspaceArchiveWriteError):
-        await shared.hydrate_workspace(archive)
-    assert (await shared.exec("test", "-e", "/workspace/escaped.txt", shell=False)).exit_code == 1
+        await shared.hydrate_workspace(_hostile_tar(kind))
+    found = await shared.exec(
+        "sh", "-c", "ls -d /workspace/escaped* escaped* m 2>/dev/null", shell=False
+    )
+    assert found.stdout == b""
 
 
 async def test_a_gone_sandbox_is_a_transport_error_and_not_running(

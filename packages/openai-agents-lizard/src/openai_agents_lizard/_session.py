@@ -56,7 +56,7 @@ from agents.sandbox.session.pty_types import (
 )
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.sandbox.types import ExecResult, User
-from agents.sandbox.util.tar_utils import validate_tarfile
+from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.workspace_paths import coerce_posix_path
 
 from lizard_core import errors as core
@@ -68,10 +68,13 @@ from lizard_core.session import Session
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
 
-__all__ = ["SPOOL_MEMORY", "LizardSandboxSession"]
+__all__ = ["HYDRATE_MEMBERS", "SPOOL_MEMORY", "LizardSandboxSession"]
 
 SPOOL_MEMORY: Final = 8 * 1024 * 1024
 """Bytes of a streamed read or archive held in memory before it spills to a temporary file."""
+HYDRATE_MEMBERS = 500_000
+"""Most members a tar to hydrate may hold: one with more is refused, its headers read no further
+(the host keeps each header read, about 1 KiB)."""
 SMALL_READ: Final = STREAM_BUDGET
 """Files up to this size come back inside the one exec that resolves their path."""
 SMALL_WRITE: Final = INPUT_INLINE - 64 * 1024
@@ -121,6 +124,13 @@ def _check_read(target: Path, result: CommandResult, *also_fine: int) -> None:
 def _check_written(target: Path, result: CommandResult) -> None:
     if result.exit_code != 0:
         raise WorkspaceArchiveWriteError(path=target, context=_failure(result))
+
+
+def _count_members(tar: tarfile.TarFile) -> None:
+    # Read lazily, so a tar with millions of members stops here, not in the host's memory.
+    for count, _ in enumerate(tar, start=1):
+        if count > HYDRATE_MEMBERS:
+            raise UnsafeTarMemberError(member="<tar>", reason="too many members")
 
 
 def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
@@ -447,7 +457,11 @@ class LizardSandboxSession(BaseSandboxSession):
             spool.seek(0)
             try:
                 with tarfile.open(fileobj=spool, mode="r:*") as checked:
-                    validate_tarfile(checked)
+                    _count_members(checked)
+                    validate_tarfile(checked, allow_external_symlink_targets=False)
+            except UnsafeTarMemberError as error:
+                context = {"reason": error.reason, "member": error.member}
+                raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
             except (tarfile.TarError, ValueError, OSError) as error:
                 raise WorkspaceArchiveWriteError(path=root, cause=error) from error
             spool.seek(0)
