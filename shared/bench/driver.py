@@ -40,6 +40,7 @@ PACKAGES = (
     "inspect-lizard",
     "lizard-adk",
     "langchain-lizard",
+    "openai-agents-lizard",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
@@ -47,6 +48,7 @@ PACKAGES = (
     "inspect-ai",
     "google-adk",
     "deepagents",
+    "openai-agents",
     "httpx",
 )
 

@@ -47,6 +47,7 @@ sys.path.insert(0, str(HERE))
 
 from catalogue import (  # noqa: E402
     OPERATIONS,
+    OURS_ONLY,
     PROBES,
     QUICK_OPERATIONS,
     SETTINGS,
@@ -319,8 +320,8 @@ class Bench:
         return driver
 
     def sides_for(self, op: Operation) -> list[str]:
-        """Probes and the limit need no adapter: they run on our side only."""
-        return [OURS] if op.kind in ("probe", "limit") else list(self.sides)
+        """Probes, the limit and adapters 0.1.x lacks run on our side only."""
+        return [OURS] if op.kind in OURS_ONLY else list(self.sides)
 
     def repetition(self, op: Operation, side: str) -> Sample:
         """Prepare, reset the counters, act, read the counters, finish; raise on failure."""
