@@ -373,3 +373,25 @@ async def test_a_large_read_as_a_user_cannot_be_raced_to_a_file_it_may_not_read(
     except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
         return
     assert stream.read() == public
+
+
+async def test_kept_pty_processes_are_capped_and_the_least_recently_used_ends(
+    shared: SandboxSession, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agents.sandbox.session import pty_types
+
+    monkeypatch.setattr(pty_types, "PTY_PROCESSES_MAX", 3)
+    monkeypatch.setattr(pty_types, "PTY_PROCESSES_PROTECTED_RECENT", 1)
+    tokens = [f"pty-cap-{index}-5e0d" for index in range(4)]
+    ids = []
+    for token in tokens:
+        update = await shared.pty_exec_start(f"sleep 600 # {token}", yield_time_s=0.25)
+        ids.append(update.process_id)
+    try:
+        assert not pids_carrying(tokens[0])  # the oldest was ended to make room
+        assert all(pids_carrying(token) for token in tokens[1:])
+        with pytest.raises(PtySessionNotFoundError):
+            await shared.pty_write_stdin(session_id=ids[0], chars="")
+    finally:
+        await shared.pty_terminate_all()
+    assert not any(pids_carrying(token) for token in tokens)

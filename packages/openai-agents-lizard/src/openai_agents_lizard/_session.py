@@ -24,12 +24,15 @@ Contract (proven against lizard-local in ``tests/``):
 - **PTY.** ``pty_exec_start`` keeps the process in the sandbox (``lizard_core.interactive``,
   under a terminal when ``tty=True``); each start and each ``pty_write_stdin`` is one request that
   returns the output of its ``yield_time_s``. The SDK's shell tool then offers ``write_stdin``.
+  At most the SDK's ``PTY_PROCESSES_MAX`` are kept: a start past it ends the least recently
+  used (as the SDK's E2B client does); ``stop()`` / ``shutdown()`` end them all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import time
 import posixpath
 import tarfile
 import tempfile
@@ -47,10 +50,12 @@ from agents.sandbox.errors import (
     WorkspaceStopError,
 )
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
+from agents.sandbox.session import pty_types
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
     clamp_pty_yield_time_ms,
+    process_id_to_prune_from_meta,
     resolve_pty_write_yield_time_ms,
     truncate_text_by_tokens,
 )
@@ -152,6 +157,7 @@ class LizardSandboxSession(BaseSandboxSession):
         self._session = session
         self._files = SandboxFiles(session)
         self._ptys: dict[int, InteractiveProcess] = {}
+        self._pty_used: dict[int, float] = {}  # process id -> when it was last started or fed
 
     @property
     def sandbox_id(self) -> str:
@@ -240,6 +246,9 @@ class LizardSandboxSession(BaseSandboxSession):
         )
         if update.exit_code is not None:
             self._ptys.pop(process_id, None)
+            self._pty_used.pop(process_id, None)
+        else:
+            self._pty_used[process_id] = time.monotonic()
         return PtyExecUpdate(
             process_id=None if update.exit_code is not None else process_id,
             output=text.encode(),
@@ -260,7 +269,8 @@ class LizardSandboxSession(BaseSandboxSession):
         """Start a process kept in the sandbox; its output of the first ``yield_time_s``."""
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         name = user.name if isinstance(user, User) else user
-        wait = clamp_pty_yield_time_ms(int((yield_time_s or 0.25) * 1000)) / 1000
+        # The SDK's defaults, as its E2B client has them: 10 s for a start, 250 ms for a write.
+        wait = clamp_pty_yield_time_ms(int((yield_time_s or 10.0) * 1000)) / 1000
         with exec_errors(argv, timeout):
             process, update = await astart_interactive(
                 self._session,
@@ -273,8 +283,21 @@ class LizardSandboxSession(BaseSandboxSession):
                 timeout=timeout,
             )
         process_id = allocate_pty_process_id(set(self._ptys))
+        pruned = self._prune_ptys()
         self._ptys[process_id] = process
+        if pruned is not None:
+            with contextlib.suppress(core.LizardIntegrationError):
+                await pruned.aterminate()
         return await self._pty_update(process_id, update, max_output_tokens)
+
+    def _prune_ptys(self) -> InteractiveProcess | None:
+        """At the SDK's limit of kept processes, the least recently used to end (as E2B does)."""
+        if len(self._ptys) < pty_types.PTY_PROCESSES_MAX:
+            return None
+        meta = [(pid, self._pty_used.get(pid, 0.0), False) for pid in self._ptys]
+        victim = process_id_to_prune_from_meta(meta)
+        self._pty_used.pop(victim, None)  # type: ignore[arg-type]
+        return None if victim is None else self._ptys.pop(victim, None)
 
     async def pty_write_stdin(
         self,
@@ -294,7 +317,7 @@ class LizardSandboxSession(BaseSandboxSession):
         return await self._pty_update(session_id, update, max_output_tokens)
 
     async def pty_terminate_all(self) -> None:
-        processes, self._ptys = list(self._ptys.values()), {}
+        processes, self._ptys, self._pty_used = list(self._ptys.values()), {}, {}
         for process in processes:
             # A sandbox already gone ended them too.
             with contextlib.suppress(core.LizardIntegrationError):
