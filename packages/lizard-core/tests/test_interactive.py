@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from lizard_core import interactive
+from lizard_core.commands import arun_command
 from lizard_core.errors import GuestProtocolError
 from lizard_core.interactive import astart_interactive
 from lizard_local import LocalServer
@@ -131,3 +132,33 @@ async def test_the_host_bounds_and_checks_what_each_call_answers(
     monkeypatch.setattr(interactive, "_GUEST", script)
     with pytest.raises(GuestProtocolError):
         await astart_interactive(module_session, ["true"], wait=0.1)
+
+
+async def test_unread_output_is_bounded_in_the_sandbox_and_none_is_lost(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interactive, "BACKLOG", 1024 * 1024)
+    total = 6 * 1024 * 1024
+    producer = (
+        "import sys\n"
+        f"for i in range({total // 65536}):\n"
+        "    sys.stdout.buffer.write(bytes([65 + i % 26]) * 65536)\n"
+        "sys.stdout.flush()\n"
+        "import time; time.sleep(600)\n"
+    )
+    process, first = await astart_interactive(module_session, ["python3", "-c", producer], wait=2)
+    try:
+        size = await arun_command(
+            module_session, ["stat", "-c", "%s", f"{process._directory}/out"]
+        )
+        # What the first call took, plus at most the backlog and one read of the process.
+        assert int(size.stdout) <= len(first.output) + 1024 * 1024 + 65536
+        received = bytearray(first.output)
+        while len(received) < total:
+            update = await process.afeed(b"", wait=0.5)
+            assert update.output, "the process stopped producing although it was read"
+            received += update.output
+        expected = b"".join(bytes([65 + i % 26]) * 65536 for i in range(total // 65536))
+        assert bytes(received) == expected
+    finally:
+        await process.aterminate()

@@ -13,6 +13,9 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
   the exit code once the process has ended and its output has been read. The host accepts at
   most that budget (plus a header) per call: an answer that is larger, or does not match its
   header, is :class:`~lizard_core.errors.GuestProtocolError`, never cut silently.
+- **Bounded in the sandbox too.** At most :data:`BACKLOG` unread bytes are kept; past that the
+  process is no longer read (its writes block, as under a terminal nobody reads) until a call
+  takes some, so a chatty process nobody polls cannot fill the sandbox's disk.
 - **Input** (:meth:`InteractiveProcess.afeed`) goes to the process's stdin as given; feeding a
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
@@ -37,13 +40,16 @@ from lizard_core.commands import CommandResult, arun_command
 from lizard_core.errors import GuestProtocolError, LizardIntegrationError, OutputLimitError
 from lizard_core.session import Session
 
-__all__ = ["READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
+__all__ = ["BACKLOG", "READ_BUDGET", "InteractiveProcess", "Update", "astart_interactive"]
 
 READ_BUDGET: Final = 1024 * 1024
 """Most output bytes one call returns; the rest waits for the next call."""
 # One private folder per process right under /tmp, so that any user can make its own.
 _PREFIX: Final = "/tmp/.lizard-interactive-"
 _TIMED_OUT: Final = 124
+BACKLOG: Final = 8 * 1024 * 1024
+"""Unread output bytes kept in the sandbox; past that the process is no longer read (it blocks
+writing, as under an unread terminal) until a call takes some."""
 # What the host accepts from one call: the budget, its header, and an error message.
 _ANSWER_LIMIT: Final = READ_BUDGET + 4096
 
@@ -59,6 +65,12 @@ def exit_code():
             return int(f.read())
     except (OSError, ValueError):
         return None
+def taken():
+    try:
+        with open(P("taken")) as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 0
 def status_code(status):
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
@@ -114,7 +126,13 @@ def daemon():
     timed_out = False
     while True:
         wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        ready, _, _ = select.select([fifo, from_child], [], [], wait)
+        watched = [fifo, from_child]
+        if os.fstat(out).st_size - taken() > req["backlog"]:
+            # Nobody reads: stop reading the process (it blocks on its full pipe or terminal,
+            # as under an unread terminal) rather than fill the sandbox's disk.
+            watched = [fifo]
+            wait = 0.2 if wait is None else min(wait, 0.2)
+        ready, _, _ = select.select(watched, [], [], wait)
         if not ready and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             try:
@@ -197,6 +215,9 @@ try:
         f.seek(req["offset"])
         data = f.read(req["budget"])
         more = f.read(1) != b""
+    with open(P("taken.tmp"), "w") as f:
+        f.write(str(req["offset"] + len(data)))
+    os.rename(P("taken.tmp"), P("taken"))
 except OSError:
     data, more = b"", False
 head = {"read": len(data), "exit": None if more else code}
@@ -298,6 +319,7 @@ async def astart_interactive(
         "argv": argv,
         "tty": bool(tty),
         "timeout": timeout,
+        "backlog": BACKLOG,
         "offset": 0,
         "budget": READ_BUDGET,
         "wait": wait,
