@@ -148,9 +148,7 @@ async def test_unread_output_is_bounded_in_the_sandbox_and_none_is_lost(
     )
     process, first = await astart_interactive(module_session, ["python3", "-c", producer], wait=2)
     try:
-        size = await arun_command(
-            module_session, ["stat", "-c", "%s", f"{process._directory}/out"]
-        )
+        size = await arun_command(module_session, ["stat", "-c", "%s", f"{process._directory}/out"])
         # What the first call took, plus at most the backlog and one read of the process.
         assert int(size.stdout) <= len(first.output) + 1024 * 1024 + 65536
         received = bytearray(first.output)

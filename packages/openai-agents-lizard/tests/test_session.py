@@ -334,8 +334,7 @@ async def test_large_transfers_honour_the_user(shared: SandboxSession, size: int
     await shared.exec("chmod", "600", "owned/root-only.bin", shell=False)
     await shared.exec("chown", "user", "owned", shell=False)  # the user may create files here
     with pytest.raises((WorkspaceArchiveReadError, WorkspaceReadNotFoundError)):
-        stream = await shared.read(Path("owned/root-only.bin"), user="user")
-        assert stream.read() != secret, "user read a file only root can read"
+        await shared.read(Path("owned/root-only.bin"), user="user")
     with pytest.raises(WorkspaceArchiveWriteError):
         await shared.write(Path("owned/root-only.bin"), io.BytesIO(b"y" * size), user="user")
     assert (await shared.read(Path("owned/root-only.bin"))).read() == secret

@@ -32,10 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import io
-import time
 import posixpath
 import tarfile
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,8 +49,8 @@ from agents.sandbox.errors import (
     WorkspaceReadNotFoundError,
     WorkspaceStopError,
 )
-from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session import pty_types
+from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
     allocate_pty_process_id,
@@ -296,8 +296,10 @@ class LizardSandboxSession(BaseSandboxSession):
             return None
         meta = [(pid, self._pty_used.get(pid, 0.0), False) for pid in self._ptys]
         victim = process_id_to_prune_from_meta(meta)
-        self._pty_used.pop(victim, None)  # type: ignore[arg-type]
-        return None if victim is None else self._ptys.pop(victim, None)
+        if victim is None:
+            return None
+        self._pty_used.pop(victim, None)
+        return self._ptys.pop(victim, None)
 
     async def pty_write_stdin(
         self,
