@@ -223,8 +223,6 @@ def _hostile_tar(kind: str) -> io.BytesIO:
             add("../escaped.txt")
         elif kind == "absolute":
             add("/workspace/escaped.txt")
-        elif kind == "symlink-out":
-            add("escaped-link", type=tarfile.SYMTYPE, linkname="/etc")
         elif kind == "under-symlink":
             add("inner", type=tarfile.SYMTYPE, linkname="..")
             add("inner/escaped.txt")
@@ -241,7 +239,7 @@ def _hostile_tar(kind: str) -> io.BytesIO:
 
 @pytest.mark.parametrize(
     "kind",
-    ["dotdot", "absolute", "symlink-out", "under-symlink", "hardlink", "device", "many"],
+    ["dotdot", "absolute", "under-symlink", "hardlink", "device", "many"],
 )
 async def test_hydrate_refuses_a_hostile_tar_before_extracting_anything(
     shared: SandboxSession, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -394,3 +392,4 @@ async def test_kept_pty_processes_are_capped_and_the_least_recently_used_ends(
     finally:
         await shared.pty_terminate_all()
     assert not any(pids_carrying(token) for token in tokens)
+

@@ -18,8 +18,8 @@ Contract (proven against lizard-local in ``tests/``):
   can never reach what the user could not (two more requests).
 - **Persist / hydrate** (``workspace_persistence="tar"``): a tar of the workspace root with
   workspace-relative members, made and unpacked in the sandbox, moved through the host in
-  chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no
-  links out of the workspace).
+  chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no hard
+  links or devices, nothing under a symlink, at most :data:`HYDRATE_MEMBERS` members).
 - **Shutdown** destroys the sandbox; again is harmless. ``running()`` asks the platform.
 - **PTY.** ``pty_exec_start`` keeps the process in the sandbox (``lizard_core.interactive``,
   under a terminal when ``tty=True``); each start and each ``pty_write_stdin`` is one request that
@@ -483,7 +483,9 @@ class LizardSandboxSession(BaseSandboxSession):
             try:
                 with tarfile.open(fileobj=spool, mode="r:*") as checked:
                     _count_members(checked)
-                    validate_tarfile(checked, allow_external_symlink_targets=False)
+                    # Symlinks out stay links (a virtualenv has them); no member goes under one,
+                    # and reads and writes resolve paths in the sandbox.
+                    validate_tarfile(checked)
             except UnsafeTarMemberError as error:
                 context = {"reason": error.reason, "member": error.member}
                 raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
