@@ -393,3 +393,16 @@ async def test_kept_pty_processes_are_capped_and_the_least_recently_used_ends(
         await shared.pty_terminate_all()
     assert not any(pids_carrying(token) for token in tokens)
 
+
+async def test_writing_to_a_process_that_has_just_ended_gives_its_exit(
+    shared: SandboxSession,
+) -> None:
+    import asyncio
+
+    started = await shared.pty_exec_start("sleep 0.5; echo bye; exit 4", yield_time_s=0.1)
+    assert started.process_id is not None
+    await asyncio.sleep(1.5)
+    update = await shared.pty_write_stdin(session_id=started.process_id, chars="late\n")
+    assert update.exit_code == 4
+    assert b"bye" in update.output
+    assert update.process_id is None

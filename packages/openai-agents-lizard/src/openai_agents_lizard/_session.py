@@ -315,7 +315,10 @@ class LizardSandboxSession(BaseSandboxSession):
             yield_time_ms=int((yield_time_s or 0.25) * 1000), input_empty=chars == ""
         )
         with exec_errors(["write_stdin"], None):
-            update = await process.afeed(chars.encode(), wait=wait_ms / 1000)
+            try:
+                update = await process.afeed(chars.encode(), wait=wait_ms / 1000)
+            except BrokenPipeError:  # it ended since the last call: its last output and exit
+                update = await process.afeed(b"", wait=0)
         return await self._pty_update(session_id, update, max_output_tokens)
 
     async def pty_terminate_all(self) -> None:
