@@ -52,6 +52,7 @@ REQUIRES = {
     "inspect-lizard": ["lizard-core=={version}", "inspect-ai>=0.3.280,<0.4"],
     "lizard-adk": ["lizard-core=={version}", "google-adk>=2.12,<3"],
     "strands-lizard": ["lizard-core=={version}", "strands-agents>=1.44,<2"],
+    "openai-agents-lizard": ["lizard-core=={version}", "openai-agents>=0.19,<0.25"],
 }
 
 
@@ -217,6 +218,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "deepagents",
         "strands-lizard",
         "strands-agents",
+        "openai-agents-lizard",
+        "openai-agents",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
@@ -232,6 +235,8 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "deepagents",
         "strands-lizard",
         "strands-agents",
+        "openai-agents-lizard",
+        "openai-agents",
     }
 
 

@@ -10,7 +10,9 @@ the 0.1.0 packages and against this repository's: workspace operations through
 ``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample, ADK operations
 through the four tools of ``lizard_adk.LizardPlugin`` (0.1.1 on the reference side, the only
 interface both versions have), Deep Agents operations through ``langchain_lizard.LizardSandbox``
-wrapping a ``lizard.Sandbox`` (0.1.0's constructor). Probes are raw HTTP requests (no adapter)
+wrapping a ``lizard.Sandbox`` (0.1.0's constructor), OpenAI Agents operations through the
+``SandboxSession`` that ``openai_agents_lizard.LizardSandboxClient`` creates (ours only: no 0.1.x
+release has it). Probes are raw HTTP requests (no adapter)
 that price a new connection against a reused one; they run in this repository's environment
 only, as does the limit: lizard-sdk's own exec of ``true`` over one kept-alive connection, the
 least any operation that runs something in the sandbox can cost.
@@ -50,11 +52,12 @@ Kind = Literal[
     "adk",
     "deepagents",
     "strands",
+    "openai",
     "probe",
     "limit",
     "lifecycle",
 ]
-OURS_ONLY: Final = ("probe", "limit", "lifecycle", "strands")
+OURS_ONLY: Final = ("probe", "limit", "lifecycle", "strands", "openai")
 """Kinds measured on this repository's side only: no adapter needed, or none in 0.1.x."""
 
 
@@ -129,6 +132,20 @@ OPERATIONS: Final = (
         "strands_first_chunk",
         "Strands `execute_streaming`: first chunk of a line every 200 ms for 2 s",
         "strands",
+    ),
+    Operation("openai_exec", "OpenAI Agents `session.exec('true')`", "openai"),
+    Operation("openai_write_1k", "OpenAI Agents `session.write`, 1 KiB", "openai"),
+    Operation("openai_read_1k", "OpenAI Agents `session.read`, 1 KiB", "openai"),
+    Operation("openai_write_8m", "OpenAI Agents `session.write`, 8 MiB", "openai"),
+    Operation("openai_read_8m", "OpenAI Agents `session.read`, 8 MiB", "openai"),
+    Operation(
+        "openai_resume", "OpenAI Agents `client.resume` of a live sandbox, then `start()`", "openai"
+    ),
+    Operation(
+        "openai_create",
+        "OpenAI Agents `client.create`, then `start()` (new sandbox)",
+        "openai",
+        True,
     ),
 )
 

@@ -41,6 +41,7 @@ PACKAGES = (
     "lizard-adk",
     "langchain-lizard",
     "strands-lizard",
+    "openai-agents-lizard",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
@@ -49,6 +50,7 @@ PACKAGES = (
     "google-adk",
     "deepagents",
     "strands-agents",
+    "openai-agents",
     "httpx",
 )
 

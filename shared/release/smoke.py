@@ -318,6 +318,29 @@ def use_strands_lizard() -> str:
     expect_answer("strands-lizard", result.exit_code, result.stdout)
     expect(content == b"hello", f"strands-lizard: read back {content!r}")
     return "LizardSandbox streamed python3 (42), wrote and read a file, destroyed its sandbox"
+def use_openai_agents_lizard() -> str:
+    """Create a session the way the SDK's runner does, run one command, delete the sandbox."""
+    client_class, options_class = public_served(
+        "openai_agents_lizard", "LizardSandboxClient", "LizardSandboxClientOptions"
+    )
+    client = client_class()
+
+    async def open_session() -> Any:
+        session = await client.create(options=options_class(template="base", lifetime_ms=60_000))
+        try:
+            await session.start()
+        except BaseException:
+            await client.delete(session)
+            raise
+        return session
+
+    result = run_and_clean_up(
+        open_session,
+        lambda session: session.exec(*COMMAND, shell=False),
+        client.delete,
+    )
+    expect_answer("openai-agents-lizard", result.exit_code, result.stdout.decode())
+    return "LizardSandboxClient's session ran python3 (42) and deleted its sandbox"
 
 
 USES: dict[str, Callable[[], str]] = {
@@ -329,6 +352,7 @@ USES: dict[str, Callable[[], str]] = {
     "inspect-lizard": use_inspect_lizard,
     "lizard-adk": use_lizard_adk,
     "strands-lizard": use_strands_lizard,
+    "openai-agents-lizard": use_openai_agents_lizard,
 }
 
 

@@ -583,6 +583,17 @@ async def test_the_async_methods(files: SandboxFiles, scratch: str) -> None:
     pieces = [piece async for piece in files.aiter_bytes(path)]
     assert [len(p) for p in pieces] == [CHUNK_SIZE, 10]
     assert b"".join(pieces) == big
+    # A blocking source is read piece by piece in the worker thread, never whole.
+    pieces_read: list[int] = []
+
+    def source() -> Any:
+        for size in (CHUNK_SIZE - 1, 3, 5):
+            pieces_read.append(size)
+            yield big[sum(pieces_read[:-1]) : sum(pieces_read)]
+
+    await files.awrite_chunks(f"{scratch}/async/chunks", source())
+    assert pieces_read == [CHUNK_SIZE - 1, 3, 5]
+    assert await files.aread_bytes(f"{scratch}/async/chunks") == big[: CHUNK_SIZE + 7]
     await files.aremove(f"{scratch}/async")
     assert not await files.aexists(f"{scratch}/async")
 

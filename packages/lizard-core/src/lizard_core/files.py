@@ -512,6 +512,15 @@ class SandboxFiles:
         data = _check_data(data)
         await self._arun(self._write_chunks, path, (data,))
 
+    async def awrite_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Async :meth:`write_chunks`.
+
+        ``chunks`` is iterated in a worker thread, one piece at a time, so a blocking source (a
+        file being read) never holds the event loop or the whole file.
+        """
+        path = _check_path(path)
+        await self._arun(self._write_chunks, path, chunks)
+
     async def astat(self, path: str) -> FileStat:
         """Async :meth:`stat`."""
         return await self._arun(self._stat, _check_path(path))
