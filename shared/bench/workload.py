@@ -563,6 +563,7 @@ class Workload(LifecycleOps):
         return Prepared(
             act=lambda: self.loop.run_until_complete(anext(stream)), check=check, finish=finish
         )
+
     # ── OpenAI Agents: the SandboxSession LizardSandboxClient creates (ours only) ──
 
     def _openai_session(self) -> tuple[Any, Any]:

@@ -318,6 +318,8 @@ def use_strands_lizard() -> str:
     expect_answer("strands-lizard", result.exit_code, result.stdout)
     expect(content == b"hello", f"strands-lizard: read back {content!r}")
     return "LizardSandbox streamed python3 (42), wrote and read a file, destroyed its sandbox"
+
+
 def use_openai_agents_lizard() -> str:
     """Create a session the way the SDK's runner does, run one command, delete the sandbox."""
     client_class, options_class = public_served(
