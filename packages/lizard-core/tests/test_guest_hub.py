@@ -31,7 +31,8 @@ from lizard_core.session import Session
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
-HUB_DIR = '"${TMPDIR:-/tmp}/.lizard-hub-$K"'
+HUB_DIR = '"$HOME/.cache/lizard-hub-$K"'
+HUB_PID = f"$(ls {HUB_DIR} | sed -n 's/^hub[.]\\([0-9]*\\)[.].*/\\1/p')"
 # What a command sees of the process that started it and of its own environment.
 PROBE = "cat /proc/$PPID/comm; env | sort; pwd; umask; id; ls /proc/self/fd | wc -l"
 
@@ -67,7 +68,9 @@ def _served_by_hub(parent: str) -> bool:
 def _wait_for_hub(session: Session) -> None:
     """The launcher starts the hub in the background: wait until its pid file is there."""
     deadline = time.monotonic() + 30
-    while "pid" not in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split():
+    while not any(
+        name.startswith("hub.") for name in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split()
+    ):
         assert time.monotonic() < deadline, "no hub started"
         time.sleep(0.05)
 
@@ -110,12 +113,18 @@ def test_files_and_commands_through_the_hub_give_the_same_results(session: Sessi
 @pytest.mark.parametrize(
     "damage",
     [
-        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid)", id="hub-killed"),
-        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid); rm -rf {HUB_DIR}", id="tmp-wiped"),
-        pytest.param(f"echo 1 > {HUB_DIR}/pid", id="pid-file-names-another-process"),
-        pytest.param(f"echo garbage > {HUB_DIR}/pid", id="pid-file-garbage"),
-        pytest.param(f"rm {HUB_DIR}/in; : > {HUB_DIR}/in", id="fifo-replaced"),
-        pytest.param(f"kill -STOP $(cat {HUB_DIR}/pid)", id="hub-stopped"),
+        pytest.param(f"kill -9 {HUB_PID}", id="hub-killed"),
+        pytest.param(f"kill -9 {HUB_PID}; rm -rf {HUB_DIR}", id="directory-wiped"),
+        pytest.param(
+            f"cd {HUB_DIR} && for f in hub.*; do mv $f hub.1.${{f##*.}}; done",
+            id="name-file-names-another-process",
+        ),
+        pytest.param(
+            f"cd {HUB_DIR} && for f in hub.*; do p=${{f#hub.}}; mv $f hub.${{p%%.*}}.1; done",
+            id="name-file-names-a-reused-pid",
+        ),
+        pytest.param(f"cd {HUB_DIR} && rm hub.* && : > hub.garbage", id="name-file-garbage"),
+        pytest.param(f"kill -STOP {HUB_PID}", id="hub-stopped"),
     ],
 )
 def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(
@@ -141,7 +150,7 @@ def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(
 def test_a_new_hub_replaces_a_killed_one(session: Session) -> None:
     _probe(session)
     _wait_for_hub(session)
-    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    _shell(session, f"kill -9 {HUB_PID}")
     parent, _ = _probe(session)
     assert not _served_by_hub(parent)  # the launcher, in the same exec
     _wait_for_hub(session)
@@ -160,7 +169,7 @@ def test_a_hub_dying_mid_call_leaves_the_call_to_finish(session: Session) -> Non
     thread = threading.Thread(target=slow)
     thread.start()
     time.sleep(0.7)
-    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    _shell(session, f"kill -9 {HUB_PID}")
     thread.join(60)
     assert result["r"].stdout == b"finished\n"
     assert result["r"].exit_code == 0
@@ -180,14 +189,12 @@ def test_two_versions_keep_separate_hubs(session: Session, monkeypatch: pytest.M
     monkeypatch.undo()
     parent, _ = _probe(session)
     assert _served_by_hub(parent)  # and the first one still serves its own
-    listing = _shell(session, 'ls -a "${TMPDIR:-/tmp}"').split()
-    assert {f".lizard-hub-{mine}", f".lizard-hub-{other}"} <= set(listing)
+    listing = _shell(session, 'ls -a "$HOME/.cache"').split()
+    assert {f"lizard-hub-{mine}", f"lizard-hub-{other}"} <= set(listing)
 
 
-def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
-    session: Session,
-) -> None:
-    """A relay whose stdout is a socket cannot be reopened through /proc: the hub gives up."""
+def test_stdout_that_is_a_socket_is_the_execs_own(session: Session) -> None:
+    """A relay whose stdout is a socket: the hub's child writes to that very socket."""
     _probe(session)
     _wait_for_hub(session)
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/tmp"}).encode()).decode()
@@ -202,19 +209,23 @@ def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
         "sys.stdout.write(json.dumps([proc.wait(), out.decode()]))\n"
     )
     done = run_command(session, ["python3", "-c", wrapper], input=json.dumps(argv).encode())
-    _, output = json.loads(done.stdout)
+    status, output = json.loads(done.stdout)
     frames = [json.loads(line) for line in output.splitlines()]
-    assert frames[-1] == {"t": "end", "v": True}
-    assert "off" in _shell(session, f"ls {HUB_DIR}").split()
-    # From now on every call runs the launcher, and still gives its result.
+    assert (status, frames[-1]) == (0, {"t": "end", "v": True})
     parent, _ = _probe(session)
-    assert not _served_by_hub(parent)
+    assert _served_by_hub(parent)  # the hub still serves
 
 
 def _local_call(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
     frame: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return frame
+
+
+def _hub_in(directory: Path) -> int:
+    """The pid the hub's name file in ``directory`` gives, or 0."""
+    names = list(directory.glob("hub.*"))
+    return int(names[0].name.split(".")[1]) if names else 0
 
 
 def _wait_until(condition: Any, what: str) -> None:
@@ -233,17 +244,17 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
     assert "CHECK_S = 0.1" in hub
     assert ("IDLE_S = 0.5" in hub) == (why == "idle")
     key = "5" * 16
-    directory = tmp_path / f".lizard-hub-{key}"
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
     argv = [
         "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
         _guest_relay.packed(hub), _guest_relay.packed(program("agent")),
         "c0ffee00c0ffee00", "1", request,
     ]  # fmt: skip
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     assert _local_call(argv, env) == {"t": "end", "v": True}
-    _wait_until((directory / "pid").exists, "no hub started")
-    pid = int((directory / "pid").read_text())
+    _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+    pid = _hub_in(directory)
     try:
         if why == "directory-replaced":
             os.rename(directory, tmp_path / "elsewhere")
@@ -252,16 +263,16 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
             for _ in range(3):
                 time.sleep(0.25)
                 assert _local_call(argv, env) == {"t": "end", "v": True}
-                assert (directory / "pid").read_text() == f"{pid}\n"
+                assert _hub_in(directory) == pid
         _wait_until(lambda: not Path(f"/proc/{pid}").exists(), "the hub did not exit")
-        assert not (directory / "pid").exists()
+        assert not list(directory.glob("hub.*"))
         assert _local_call(argv, env) == {"t": "end", "v": True}  # the launcher, again
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, 9)
-        for path in tmp_path.glob("*/pid"):  # a hub the last call started, if it got so far
+        for path in tmp_path.glob("*/*/hub.*"):  # a hub the last call started, if it got so far
             with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(path.read_text()), 9)
+                os.kill(int(path.name.split(".")[1]), 9)
 
 
 def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
@@ -272,20 +283,20 @@ def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: P
     probe = [old_python, "-c", "import sys; print(sys.executable)"]
     real = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
     (bin_dir / "python3").symlink_to(real)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
     argv = guest_argv(program("agent"), ["c0ffee00c0ffee00", "1", request])
-    directory = tmp_path / f".lizard-hub-{_guest_relay.hub_key()}"
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
     try:
         for _ in range(3):
             done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
             assert json.loads(done.stdout.splitlines()[-1]) == {"t": "end", "v": True}
             deadline = time.monotonic() + 30
-            while not (directory / "pid").exists():
+            while not _hub_in(directory):
                 assert time.monotonic() < deadline, done.stderr
                 time.sleep(0.05)
-        hub = int((directory / "pid").read_text())
+        hub = _hub_in(directory)
         assert os.path.realpath(f"/proc/{hub}/exe") == os.path.realpath(real)
     finally:
-        if (directory / "pid").exists():
-            os.kill(int((directory / "pid").read_text()), 9)
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
