@@ -300,3 +300,238 @@ def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: P
     finally:
         if _hub_in(directory):
             os.kill(_hub_in(directory), 9)
+
+
+# ── across users, and the exec's own process state ──────────────────────
+
+_RUNNER = (
+    "import base64, json, subprocess, sys\n"
+    "spec = json.loads(sys.stdin.read())\n"
+    "done = subprocess.run(['sh', '-c', spec['prefix'] + ' exec \"$@\"', 'sh'] + spec['argv'],\n"
+    "    input=base64.b64decode(spec['stdin']), capture_output=True, timeout=20)\n"
+    "print(json.dumps([done.returncode, done.stdout.decode(), done.stderr.decode()]))\n"
+)
+# Prints who ran it (a hub's child names itself by its first argument), then what it was given.
+_REPORT = """\
+import os, resource, sys
+comm = open('/proc/self/comm').read().strip()
+print('hub' if comm == sys.argv[1][:15] else 'launcher')
+print(sys.stdin.read())
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.nice(0), sorted(os.getgroups()))
+print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _relay(
+    session: Session,
+    text: str,
+    args: list[str],
+    prefix: str = "",
+    stdin: bytes = b"",
+    user: str | None = None,
+) -> tuple[int, str, str]:
+    """Run ``text`` through the relay in the sandbox, under ``prefix`` (shell) and ``stdin``."""
+    spec = {
+        "argv": guest_argv(text, args),
+        "prefix": prefix,
+        "stdin": base64.b64encode(stdin).decode(),
+    }
+    runner = ["python3", "-c", _RUNNER]
+    # The user's own HOME and working directory (root's are closed to it: a hub's child could
+    # not enter them, so it would decline every call and the launcher would run it).
+    env, cwd = ({"HOME": "/home/user"}, "/home/user") if user == "user" else (None, None)
+    done = run_command(
+        session, runner, input=json.dumps(spec).encode(), user=user, env=env, cwd=cwd
+    )
+    assert done.exit_code == 0, done
+    code, out, err = json.loads(done.stdout)
+    return code, out, err
+
+
+def _served_warm(session: Session) -> None:
+    """Until a hub serves this user's calls."""
+    deadline = time.monotonic() + 30
+    while _relay(session, _REPORT, ["warm-up-call-id", "0"])[1].split("\n")[0] != "hub":
+        assert time.monotonic() < deadline, "no hub serves"
+        time.sleep(0.1)
+
+
+def test_exit_codes_stdin_and_descriptors_are_the_execs_own(session: Session) -> None:
+    _served_warm(session)
+    code, out, err = _relay(session, _REPORT, ["exact-call-id", "3"], stdin=b"given\n")
+    lines = out.split("\n")
+    assert (code, lines[0], lines[1], err) == (3, "hub", "given", "")
+    code, out, _ = _relay(session, _REPORT, ["exact-call-id", "255"])
+    assert code == 255
+
+
+@pytest.mark.parametrize(
+    ("prefix", "expected"),
+    [
+        ("ulimit -n 64;", "64 0 []"),
+        ("renice -n 7 $$ >/dev/null;", "7 0"),  # nice: the second field
+    ],
+    ids=["rlimit", "nice"],
+)
+def test_an_exec_with_other_limits_or_priority_gets_them(
+    session: Session, prefix: str, expected: str
+) -> None:
+    """The hub cannot carry these over: the relay runs the launcher, with no extra descriptor."""
+    _served_warm(session)
+    code, out, _ = _relay(session, _REPORT, ["limits-call-id", "0"], prefix=prefix)
+    lines = out.split("\n")
+    assert code == 0
+    nofile, nice, _ = lines[2].split(" ", 2)
+    if "ulimit" in prefix:
+        assert nofile == "64"
+    else:
+        assert nice == "7"
+    assert lines[0] == "launcher"
+    assert lines[3] == "[0, 1, 2, 3]"
+
+
+def test_stdout_appended_to_a_file_keeps_what_was_there(session: Session) -> None:
+    _served_warm(session)
+    _shell(session, "printf 'kept\\n' > /tmp/appended.log")
+    text = "import sys\nprint('added')\n"
+    code, _, _ = _relay(session, text, ["append-call-id"], prefix="exec >>/tmp/appended.log;")
+    assert code == 0
+    assert _shell(session, "cat /tmp/appended.log") == "kept\nadded\n"
+
+
+def test_no_program_runs_in_a_spare_before_its_call(session: Session) -> None:
+    """A learned program's top level runs in its own call only, never in a later one's."""
+    _served_warm(session)
+    noisy = "import sys\nprint('noisy top level', sys.argv[1:])\n"
+    for _ in range(3):
+        assert _relay(session, noisy, ["noisy-call-id"])[1] == "noisy top level ['noisy-call-id']\n"
+    quiet = "print('quiet')\n"
+    for _ in range(3):
+        assert _relay(session, quiet, ["quiet-call-id"])[1] == "quiet\n"
+
+
+def test_another_users_planted_hub_cannot_touch_root_and_each_user_gets_its_own(
+    session: Session,
+) -> None:
+    """An unprivileged user's first command plants what it can; root's calls are unharmed."""
+    key = _guest_relay.hub_key()
+    plant = (
+        "set -e; for d in /tmp/.lizard-hub-$K ${TMPDIR:-/tmp}/.lizard-hub-$K; do "
+        "mkdir -p $d; ln -sf /etc/passwd $d/in; : > $d/wait; done; "
+        "sleep 60 3</etc/passwd >/dev/null 2>&1 & "
+        "echo $! > /tmp/.lizard-hub-$K/pid; echo planted"
+    )
+    planted = run_command(session, ["sh", "-c", plant], env={"K": key}, user="user")
+    assert planted.stdout == b"planted\n", planted
+    before = _shell(session, "sha256sum /etc/passwd")
+    from lizard_core.files import SandboxFiles
+
+    files = SandboxFiles(session)
+    for _ in range(3):
+        assert files.exists("/etc/passwd")
+        assert run_command(session, ["sh", "-c", "echo root; exit 5"]).exit_code == 5
+    _served_warm(session)
+    assert files.stat("/etc/passwd").size > 0
+    assert _shell(session, "sha256sum /etc/passwd") == before
+    # The other way round: a relay run as the user (a command of the user's running a guest
+    # program) gets a hub of the user's own, and root's calls still get root's.
+    deadline = time.monotonic() + 30
+    while _relay(session, _REPORT, ["user-call-id", "6"], user="user")[1][:4] != "hub\n":
+        assert time.monotonic() < deadline, "no hub of the user's"
+        time.sleep(0.1)
+    code, out, _ = _relay(session, _REPORT, ["user-call-id", "6"], user="user", stdin=b"u\n")
+    assert (code, out.split("\n")[:2]) == (6, ["hub", "u"])
+    assert run_command(session, ["sh", "-c", "echo root; exit 5"]).exit_code == 5
+    hubs = _shell(session, "ps -eo uid=,comm= | grep lizard-hub | sort -n").split()
+    assert hubs == ["0", "lizard-hub", "1000", "lizard-hub"], hubs
+
+
+def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) -> None:
+    _probe(session)
+    _wait_for_hub(session)
+
+    def one(n: int) -> tuple[int, bytes, bytes]:
+        done = run_command(session, ["sh", "-c", f"echo out{n}; echo err{n} >&2; exit {n % 8}"])
+        return done.exit_code, done.stdout, done.stderr
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    assert results == [(n % 8, b"out%d\n" % n, b"err%d\n" % n) for n in range(32)]
+
+
+def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) -> None:
+    _probe(session)
+    _wait_for_hub(session)
+    churn = (
+        "end=$(($(date +%s) + 60)); while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
+        'for f in "$HOME"/.cache/lizard-hub-*/hub.*; do p=${f##*/hub.}; '
+        "kill -9 ${p%%.*} 2>/dev/null; done; "
+        'rm -rf "$HOME"/.cache/lizard-hub-*; sleep 0.03; done; echo churned'
+    )
+    done: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: done.setdefault("r", run_command(session, ["sh", "-c", churn]))
+    )
+    thread.start()
+    try:
+        for n in range(50):
+            result = run_command(session, ["sh", "-c", f"echo call{n}; exit {n % 5}"])
+            assert (result.exit_code, result.stdout) == (n % 5, b"call%d\n" % n)
+    finally:
+        _shell(session, ": > /tmp/churn-stop")
+        thread.join(90)
+    assert done["r"].stdout == b"churned\n"
+
+
+def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path) -> None:
+    """A stand-in hub takes the relay's pid and exits: the relay runs the program itself."""
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print('ready', flush=True)\n"
+        "os.read(3, 64)\n"
+    )
+    key = _guest_relay.hub_key()
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(
+        ["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE, pass_fds=()
+    )
+    try:
+        assert hub.stdout is not None and hub.stdout.readline() == b"ready\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
+    finally:
+        hub.kill()
+        hub.wait()
+        for path in directory.glob("hub.*"):  # the hub the launcher started
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.name.split(".")[1]), 9)
+
+
+def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
+    """A pidfd names one process: a pid reused since cannot be signalled by mistake."""
+    from lizard_core._guest import _hub_child
+
+    gone = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(gone.pid)
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "30"])  # stands for a process that reused the pid
+    proc = os.open(f"/proc/{alive.pid}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert not _hub_child.signal_relay(alive.pid, proc, 9, pidfd)
+        assert alive.poll() is None
+    finally:
+        os.close(proc)
+        os.close(pidfd)
+        alive.kill()
+        alive.wait()
