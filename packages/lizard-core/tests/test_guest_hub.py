@@ -69,7 +69,8 @@ def _wait_for_hub(session: Session) -> None:
     """The launcher starts the hub in the background: wait until its pid file is there."""
     deadline = time.monotonic() + 30
     while not any(
-        name.startswith("hub.") for name in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split()
+        name.startswith("hub.")
+        for name in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split()
     ):
         assert time.monotonic() < deadline, "no hub started"
         time.sleep(0.05)
@@ -505,7 +506,8 @@ def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path
         ["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE, pass_fds=()
     )
     try:
-        assert hub.stdout is not None and hub.stdout.readline() == b"ready\n"
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == b"ready\n"
         env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
         argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
         done = subprocess.run(argv, env=env, capture_output=True, timeout=60)

@@ -110,9 +110,7 @@ def context(proc: int) -> Tuple[Any, ...]:
     Identity, groups, capabilities, limits, priority, CPU and memory placement, cgroup and
     namespaces: a relay that differs from the hub in any of them runs the launcher.
     """
-    status = [
-        line for line in read_at(proc, "status").splitlines() if line.startswith(_SAME)
-    ]
+    status = [line for line in read_at(proc, "status").splitlines() if line.startswith(_SAME)]
     nice = read_at(proc, "stat").rsplit(b")", 1)[1].split()[16]
     spaces = []
     for name in _NAMESPACES:
@@ -289,8 +287,8 @@ def attach(relay: int, proc: int, pidfd: int) -> bool:
     """Take the relay's stdio, environment, umask and working directory; False if it cannot."""
     fds = []
     try:
-        for fd, mode in zip(STDIO, (os.O_RDONLY, os.O_WRONLY, os.O_WRONLY)):
-            fds.append(take_fd(pidfd, proc, fd, mode))
+        for index, mode in enumerate((os.O_RDONLY, os.O_WRONLY, os.O_WRONLY)):
+            fds.append(take_fd(pidfd, proc, STDIO[index], mode))
     except OSError:
         for fd in fds:
             os.close(fd)

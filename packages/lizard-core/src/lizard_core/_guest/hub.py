@@ -234,7 +234,8 @@ class Hub:
         # too, so that the pipe never reads as ended. ``wait``: only the write end, fd 11, which
         # relays open for reading and children inherit; nobody writes it.
         for read_end, write_end, keep in ((FIFO_FD, 12, True), (13, WAIT_FD, False)):
-            for end, target in zip(os.pipe(), (read_end, write_end)):
+            ends = os.pipe()
+            for end, target in ((ends[0], read_end), (ends[1], write_end)):
                 if end != target:
                     os.dup2(end, target, inheritable=False)
                     os.close(end)
