@@ -66,12 +66,13 @@ def _served_by_hub(parent: str) -> bool:
 
 
 def _wait_for_hub(session: Session) -> None:
-    """The launcher starts the hub in the background: wait until its pid file is there."""
+    """The launcher starts the hub in the background: wait until its name file names a live one."""
+    live = (
+        f"for f in {HUB_DIR}/hub.*; do p=${{f##*/hub.}}; p=${{p%%.*}}; "
+        '[ "$(cat /proc/$p/comm 2>/dev/null)" = lizard-hub ] && echo live; done; true'
+    )
     deadline = time.monotonic() + 30
-    while not any(
-        name.startswith("hub.")
-        for name in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split()
-    ):
+    while "live" not in _shell(session, live):
         assert time.monotonic() < deadline, "no hub started"
         time.sleep(0.05)
 
@@ -537,3 +538,24 @@ def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
         os.close(pidfd)
         alive.kill()
         alive.wait()
+
+
+def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
+    """Before its pid frame arrives, the host can stop a call only by killing the exec."""
+    _served_warm(session)
+    text = "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n"
+    killer = (
+        "import json, os, signal, subprocess, sys, time\n"
+        "argv = json.loads(sys.stdin.read())\n"
+        "relay = subprocess.Popen(argv, stdout=subprocess.PIPE)\n"
+        "child = int(relay.stdout.readline())\n"
+        "relay.kill(); relay.wait()\n"
+        "deadline = time.monotonic() + 10\n"
+        "while os.path.exists('/proc/%d' % child) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print(child != relay.pid, os.path.exists('/proc/%d' % child))\n"
+    )
+    argv = guest_argv(text, ["hangup-call-id"])
+    done = run_command(session, ["python3", "-c", killer], input=json.dumps(argv).encode())
+    # A hub's child (not the relay itself) ran the program, and it is gone with its exec.
+    assert done.stdout == b"True False\n", done

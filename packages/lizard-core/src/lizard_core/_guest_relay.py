@@ -39,7 +39,8 @@ BOOT: Final = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64
 """The ``-c`` program of the launcher and the hub: the hub program travels deflated and base64."""
 
 RELAY: Final = """\
-d="$HOME/.cache/lizard-hub-$1" e=0 i= r= p=
+h=${HOME:-/root} e=0 i= r= p=
+d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
 trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&-' USR2
 trap 'i=1 r=1' 44
@@ -54,7 +55,7 @@ trap 'i=1 e=$((e|128))' 42
 trap 'exit $e' 43
 for f in "$d"/hub.*; do p=${f##*/hub.}; done
 t=${p#*.} p=${p%%.*}
-if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$HOME" ] && [ -O "$d" ] &&
+if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
   [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
   { command exec 4>&1 6<&0 5<"/proc/$p/fd/11"; } 2>/dev/null &&

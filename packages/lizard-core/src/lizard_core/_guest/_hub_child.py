@@ -59,6 +59,7 @@ _SAME = (
 )
 """Lines of ``/proc/<pid>/status`` a relay must share with the hub for the hub to serve it."""
 _NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup")
+_SYSCALL: List[Any] = []
 
 
 def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
@@ -261,15 +262,23 @@ def rehearse() -> None:
         os.close(fd)
 
 
-def take_fd(pidfd: int, proc: int, fd: int, mode: int) -> int:
-    """The relay's ``fd``, the very same open file (``pidfd_getfd``), else reopened if safe."""
-    if pidfd >= 0:
+def syscall() -> Any:
+    """The C library's ``syscall``, looked up once (the hub does it before forking), or None."""
+    if not _SYSCALL:
         try:
             import ctypes
 
-            got = ctypes.CDLL(None).syscall(_GETFD, pidfd, fd, 0)
+            _SYSCALL.append(ctypes.CDLL(None).syscall)
         except (ImportError, AttributeError, OSError):
-            got = -1  # no ctypes here
+            _SYSCALL.append(None)  # no ctypes here: stdio is reopened where that is exact
+    return _SYSCALL[0]
+
+
+def take_fd(pidfd: int, proc: int, fd: int, mode: int) -> int:
+    """The relay's ``fd``, the very same open file (``pidfd_getfd``), else reopened if safe."""
+    call = syscall()
+    if pidfd >= 0 and call is not None:
+        got = call(_GETFD, pidfd, fd, 0)
         if got >= 0:
             os.set_inheritable(got, False)
             return int(got)

@@ -52,6 +52,7 @@ from ._hub_child import (
     send_status,
     signal_relay,
     spare,
+    syscall,
     unpack,
 )
 
@@ -72,7 +73,6 @@ HUB_NAME = "lizard-hub"
 PRELOAD = (
     "_socket",
     "binascii",
-    "ctypes",
     "errno",
     "json",
     "selectors",
@@ -88,14 +88,20 @@ PRELOAD = (
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
+def home_dir() -> str:
+    """``HOME``, or ``/root`` where it is unset or empty (the relay's ``${HOME:-/root}``)."""
+    return os.environ.get("HOME") or "/root"
+
+
 def private_dir(key: str, create: bool) -> int:
     """An fd of ``$HOME/.cache/lizard-hub-<key>``, or -1 where it is not private to this user.
 
-    ``HOME`` must be an absolute path to a directory of this user's that nobody else may write;
-    ``.cache`` and the hub's directory are made (0700) if missing and ``create``, and must be
-    this user's, not symlinks, and writable by nobody else (the hub's: 0700).
+    ``HOME`` (:func:`home_dir`) must be an absolute path to a directory of this user's that
+    nobody else may write; ``.cache`` and the hub's directory are made (0700) if missing and
+    ``create``, and must be this user's, not symlinks, and writable by nobody else (the hub's:
+    0700).
     """
-    home = os.environ.get("HOME", "")
+    home = home_dir()
     if not home.startswith("/"):
         return -1
     uid = os.getuid()
@@ -263,7 +269,7 @@ class Hub:
 
     def still_ours(self) -> bool:
         """Whether relays can still reach this hub: its directory and name file in place."""
-        path = os.path.join(os.environ.get("HOME", ""), ".cache", "lizard-hub-" + self.key)
+        path = os.path.join(home_dir(), ".cache", "lizard-hub-" + self.key)
         try:
             here = os.fstat(self.directory)
             there = os.lstat(path)
@@ -298,6 +304,7 @@ class Hub:
             os.set_inheritable(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(wake_w)
+        syscall()  # looked up once here, inherited by every child
         gc.collect()
         self.fork_spare()
         last = time.monotonic()
