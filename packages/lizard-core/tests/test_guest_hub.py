@@ -351,6 +351,14 @@ def _relay(
     return code, out, err
 
 
+def _until_served(session: Session) -> None:
+    """Until a hub serves this sandbox's commands (wherever it keeps its directory)."""
+    deadline = time.monotonic() + 30
+    while not _served_by_hub(_probe(session)[0]):
+        assert time.monotonic() < deadline, "no hub serves"
+        time.sleep(0.05)
+
+
 def _served_warm(session: Session) -> None:
     """Until a hub serves this user's calls."""
     deadline = time.monotonic() + 30
@@ -450,8 +458,7 @@ def test_another_users_planted_hub_cannot_touch_root_and_each_user_gets_its_own(
 
 
 def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) -> None:
-    _probe(session)
-    _wait_for_hub(session)
+    _until_served(session)
 
     def one(n: int) -> tuple[int, bytes, bytes]:
         done = run_command(session, ["sh", "-c", f"echo out{n}; echo err{n} >&2; exit {n % 8}"])
@@ -465,13 +472,17 @@ def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) ->
 
 
 def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) -> None:
-    _probe(session)
-    _wait_for_hub(session)
+    _until_served(session)
+    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose last
+    # argument is ``serve``; its children have the same arguments, but the call id for a name.
     churn = (
-        "end=$(($(date +%s) + 60)); while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
-        'for f in "$HOME"/.cache/lizard-hub-*/hub.*; do p=${f##*/hub.}; '
-        "kill -9 ${p%%.*} 2>/dev/null; done; "
-        'rm -rf "$HOME"/.cache/lizard-hub-*; sleep 0.03; done; echo churned'
+        "n=0; end=$(($(date +%s) + 60)); "
+        "while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
+        "for p in $(ps -eo pid=,ppid=,comm= | awk '$2 == 1 && $3 ~ /^(lizard-hub|python3)$/ "
+        "{print $1}'); do "
+        "[ \"$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | tail -n 1)\" = serve ] && "
+        "kill -9 $p 2>/dev/null && n=$((n + 1)); done; "
+        'rm -rf "$HOME"/.cache/lizard-hub-* /tmp/.lizard-hub-*; sleep 0.03; done; echo $n'
     )
     done: dict[str, Any] = {}
     thread = threading.Thread(
@@ -485,7 +496,7 @@ def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) 
     finally:
         _shell(session, ": > /tmp/churn-stop")
         thread.join(90)
-    assert done["r"].stdout == b"churned\n"
+    assert int(done["r"].stdout) >= 5  # hubs were killed while the calls ran
 
 
 def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path) -> None:
