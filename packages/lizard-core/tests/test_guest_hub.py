@@ -553,7 +553,7 @@ def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
 
 def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
     """Before its pid frame arrives, the host can stop a call only by killing the exec."""
-    _served_warm(session)
+    _until_served(session)
     text = "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n"
     killer = (
         "import json, os, signal, subprocess, sys, time\n"
