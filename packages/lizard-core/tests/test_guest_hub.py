@@ -377,26 +377,23 @@ def test_exit_codes_stdin_and_descriptors_are_the_execs_own(session: Session) ->
 
 
 @pytest.mark.parametrize(
-    ("prefix", "expected"),
+    ("prefix", "field", "expected"),
     [
-        ("ulimit -n 64;", "64 0 []"),
-        ("renice -n 7 $$ >/dev/null;", "7 0"),  # nice: the second field
+        ("ulimit -n 64;", 0, "64"),
+        ("renice -n 7 $$ >/dev/null;", 1, "7"),
+        ('set -- setpriv --groups 4242 -- "$@";', 2, "[4242]"),
     ],
-    ids=["rlimit", "nice"],
+    ids=["rlimit", "nice", "groups"],
 )
-def test_an_exec_with_other_limits_or_priority_gets_them(
-    session: Session, prefix: str, expected: str
+def test_an_exec_with_other_limits_priority_or_groups_gets_them(
+    session: Session, prefix: str, field: int, expected: str
 ) -> None:
     """The hub cannot carry these over: the relay runs the launcher, with no extra descriptor."""
     _served_warm(session)
     code, out, _ = _relay(session, _REPORT, ["limits-call-id", "0"], prefix=prefix)
     lines = out.split("\n")
     assert code == 0
-    nofile, nice, _ = lines[2].split(" ", 2)
-    if "ulimit" in prefix:
-        assert nofile == "64"
-    else:
-        assert nice == "7"
+    assert lines[2].split(" ", 2)[field] == expected  # nofile, nice, groups
     assert lines[0] == "launcher"
     assert lines[3] == "[0, 1, 2, 3]"
 
