@@ -126,7 +126,12 @@ def test_files_and_commands_through_the_hub_give_the_same_results(session: Sessi
             id="name-file-names-a-reused-pid",
         ),
         pytest.param(f"cd {HUB_DIR} && rm hub.* && : > hub.garbage", id="name-file-garbage"),
-        pytest.param(f"kill -STOP {HUB_PID}", id="hub-stopped"),
+        pytest.param(
+            # Stopped before the next call checks it (SIGSTOP takes effect when the hub next runs).
+            f"p={HUB_PID}; kill -STOP $p; "
+            "while [ $(cut -d' ' -f3 /proc/$p/stat) != T ]; do sleep 0.01; done",
+            id="hub-stopped",
+        ),
     ],
 )
 def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(

@@ -42,7 +42,7 @@ RELAY: Final = """\
 h=${HOME:-/root} e=0 i= r= p=
 d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
-trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&-' USR2
+trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-' USR2
 trap 'i=1 r=1' 44
 trap 'i=1 e=$((e|1))' 35
 trap 'i=1 e=$((e|2))' 36
@@ -58,13 +58,13 @@ t=${p#*.} p=${p%%.*}
 if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
   [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
-  { command exec 4>&1 6<&0 5<"/proc/$p/fd/11"; } 2>/dev/null &&
+  { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
   { printf '%s\\n' "$$" >&3; } 2>/dev/null 3<>"/proc/$p/fd/3"
 then
   while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
   [ -z "$r" ] || exit 70
 fi
-exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&-
+exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
 """POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
 ``hub.<pid>.<start time>`` in the user's private directory names, checked in ``/proc/<pid>/stat``
@@ -73,9 +73,11 @@ exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&-
 to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. The hub's child ends it with signals:
 ``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
 it), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
-started. End of file on ``wait`` (the hub and all its children gone without a word) runs the
-launcher too, unless the program had started (then 70). Its stdin and stdout are copied to
-fds 6 and 4 first, since ``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
+started. ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the
+open cannot block when the hub and its children are gone at that very moment. End of file on
+``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
+program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
+``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
 launcher gets neither these nor fd 5."""
 
 _NAME: Final = "lizard-guest"
