@@ -318,7 +318,13 @@ _RUNNER = (
     "    input=base64.b64decode(spec['stdin']), capture_output=True, timeout=20)\n"
     "print(json.dumps([done.returncode, done.stdout.decode(), done.stderr.decode()]))\n"
 )
-# Prints who ran it (a hub's child names itself by its first argument), then what it was given.
+# Prints who ran it: a hub's child names itself by its first argument.
+_WHO = """\
+import sys
+comm = open('/proc/self/comm').read().strip()
+print('hub' if comm == sys.argv[1][:15] else 'launcher')
+"""
+# The same, then what it was given.
 _REPORT = """\
 import os, resource, sys
 comm = open('/proc/self/comm').read().strip()
@@ -367,7 +373,7 @@ def _until_served(session: Session) -> None:
 def _served_warm(session: Session) -> None:
     """Until a hub serves this user's calls."""
     deadline = time.monotonic() + 30
-    while _relay(session, _REPORT, ["warm-up-call-id", "0"])[1].split("\n")[0] != "hub":
+    while _relay(session, _WHO, ["warm-up-call-id"])[1] != "hub\n":
         assert time.monotonic() < deadline, "no hub serves"
         time.sleep(0.1)
 
