@@ -277,9 +277,13 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, 9)
-        for path in tmp_path.glob("*/*/hub.*"):  # a hub the last call started, if it got so far
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(path.name.split(".")[1]), 9)
+        # The hub the last call started in the background, once it has named itself.
+        deadline = time.monotonic() + 10
+        while not _hub_in(directory) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            if _hub_in(directory):
+                os.kill(_hub_in(directory), 9)
 
 
 def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
