@@ -248,3 +248,21 @@ def test_a_boot_that_kept_memory_reports_nothing(session: Session) -> None:
     assert not kept.state_lost
     assert kept.notice is None
     assert kept.results[0].text == "5"
+
+
+def test_a_platform_call_longer_than_the_idle_time_is_not_paused_under(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    # take_snapshot, fork_sessions and expose_port run their request through Session.call:
+    # one that lasts past idle_pause_s (a snapshot takes about a second) is use, not idleness.
+    with Session(sandbox_config, idle_pause_s=0.3) as s:
+        sandbox = s.sandbox()
+        seen: list[bool] = []
+
+        def slow_request() -> str:
+            time.sleep(1.0)
+            seen.append(s.paused)
+            return str(sandbox.get_info().status)
+
+        assert s.call(slow_request) == "running"
+        assert seen == [False]

@@ -14,7 +14,8 @@ polls the status. Contract:
   first (:meth:`Session.sandbox`); callers never see a 409 for a pause of their own.
 - **Idle pause** (``idle_pause_s``): a thread pauses the sandbox once no operation has been in
   flight for that long. Use counts from an operation's start to its end (guest calls: commands,
-  kernel cells, file operations through the guest) and at each request's start otherwise. A
+  kernel cells, file operations through the guest, SDK calls through ``Session.call`` such as
+  a snapshot or a fork) and at each request's start otherwise. A
   failed idle pause is logged and tried again after another idle period, never raised.
 - **Fresh boots are counted** (:attr:`Pausing.boot_epoch`, with :attr:`Pausing.boot_notice`
   saying why in words fit for a model): a resume, an attach that had to resume, a start from a

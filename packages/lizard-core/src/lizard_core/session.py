@@ -522,15 +522,17 @@ class Session(KeepAlive, Pausing, Teardown):
         ``idempotent=True`` allows retries on transient failures (see
         :class:`~lizard_core._retry.RetryPolicy`); leave it False for anything that must not
         run twice. Exceptions of the ``passthrough`` types (e.g. ``lizard.NotFoundError`` for
-        a file read) propagate untranslated. Counts as use for keep-alive.
+        a file read) propagate untranslated. Counts as use for keep-alive, and is in flight
+        until it returns: an idle pause never comes under it (a snapshot or fork takes time).
         """
         with self._lock:
             sandbox = self._sandbox
         if sandbox is not None:
             self._maybe_extend(sandbox)
-        return self._call_with_retries(
-            fn, *args, idempotent=idempotent, passthrough=passthrough, **kwargs
-        )
+        with self.in_use():
+            return self._call_with_retries(
+                fn, *args, idempotent=idempotent, passthrough=passthrough, **kwargs
+            )
 
     async def acall(
         self,
@@ -546,10 +548,11 @@ class Session(KeepAlive, Pausing, Teardown):
             sandbox = self._sandbox
         if sandbox is not None:
             await self._amaybe_extend(sandbox)
-        for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
-            with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
-                return await run_blocking(fn, *args, **kwargs)
-            await anyio.sleep(attempt.delay)
+        with self.in_use():
+            for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
+                with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                    return await run_blocking(fn, *args, **kwargs)
+                await anyio.sleep(attempt.delay)
         raise AssertionError("unreachable: attempts() is endless")
 
     def _call_with_retries(
