@@ -88,3 +88,25 @@ def test_bad_counts_raise_before_any_request(
     with pytest.raises(error):
         fork_sessions(Session(sandbox_config), count)  # type: ignore[arg-type]
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_an_interrupt_while_the_copies_are_taken_in_leaves_none_running(
+    sandbox_config: SandboxConfig,
+    lizard_local: LocalServer,
+    no_new_sandboxes: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adopt = Session.adopt_copy
+    calls: list[int] = []
+
+    def adopt_then_interrupt(self: Session, sandbox: object, notice: str) -> Session:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the platform made all three copies
+        return adopt(self, sandbox, notice)
+
+    monkeypatch.setattr(Session, "adopt_copy", adopt_then_interrupt)
+    with Session(sandbox_config) as source:
+        with pytest.raises(KeyboardInterrupt):
+            fork_sessions(source, 3)
+        assert set(lizard_local.sandboxes()) >= {source.sandbox_id}
