@@ -133,3 +133,31 @@ def test_bad_ids_raise_before_any_request(
     with pytest.raises(ValueError, match="not a snapshot id"):
         delete_snapshots(sandbox_config, ["../etc"])
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_find_by_this_runs_and_machines_origin_tags(
+    session: Session, run_config: SandboxConfig
+) -> None:
+    # The tags every session's config carries (lizard_core.origin), as find_sandboxes takes them.
+    taken = take_snapshot(session, "origin")
+    mine = find_snapshots(
+        run_config,
+        dict(run_config.metadata),
+        integration=run_config.integration,
+        run_id=run_config.run_id,
+        machine_id=run_config.machine_id,
+    )
+    assert [r.snapshot_id for r in mine] == [taken.snapshot_id]
+    assert find_snapshots(run_config, dict(run_config.metadata), run_id="another-run") == []
+    assert find_snapshots(run_config, dict(run_config.metadata), machine_id="elsewhere") == []
+    with pytest.raises(TypeError):
+        find_snapshots(run_config, run_id=5)  # type: ignore[arg-type]
+
+
+def test_an_undated_snapshot_is_never_older_than_asked() -> None:
+    # Cleanup by age must not delete a snapshot whose age it cannot tell (as find_sandboxes).
+    from lizard_core.snapshots import SnapshotRecord, _matches
+
+    undated = SnapshotRecord("snap_1", "x", {"k": "v"})
+    assert not _matches(undated, {"k": "v"}, older_than_s=60)
+    assert _matches(undated, {"k": "v"}, older_than_s=None)
