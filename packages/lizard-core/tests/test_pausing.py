@@ -266,3 +266,32 @@ def test_a_platform_call_longer_than_the_idle_time_is_not_paused_under(
 
         assert s.call(slow_request) == "running"
         assert seen == [False]
+
+
+def test_an_interrupted_pause_wait_leaves_a_session_that_resumes(
+    session: Session, lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C (or a timeout) after the pause was sent, while its status is awaited: the session
+    # must still know that it paused its sandbox, so that the next operation resumes it
+    # rather than failing on a paused sandbox.
+    run_command(session, "echo kept > /tmp/kept", shell=True)
+    wait = Session._wait_status
+
+    def interrupted(self: Session, sandbox: Any, want: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Session, "_wait_status", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.pause()
+    monkeypatch.setattr(Session, "_wait_status", wait)
+    assert run_command(session, "cat /tmp/kept", shell=True).stdout == b"kept\n"
+    assert not session.paused
+    assert session.boot_epoch == 1
+
+    session.pause()
+    monkeypatch.setattr(Session, "_wait_status", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.resume()
+    monkeypatch.setattr(Session, "_wait_status", wait)
+    assert run_command(session, "cat /tmp/kept", shell=True).stdout == b"kept\n"
+    assert session.boot_epoch == 2

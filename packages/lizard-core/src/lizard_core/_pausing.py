@@ -9,7 +9,10 @@ polls the status. Contract:
   ``state_wait_s``); past it, :class:`~lizard_core.errors.StateWaitTimeoutError`. A sandbox
   that is gone (404, a terminal status) is :class:`~lizard_core.errors.SandboxGoneError`; a
   failed pause the platform reports is :class:`~lizard_core.errors.SandboxStateError`. Both
-  are idempotent: pausing a paused session or resuming a running one makes no request.
+  are idempotent: pausing a paused session or resuming a running one makes no request. A wait
+  cut short (Ctrl-C, a cancellation, the timeout) leaves the session consistent: once a pause
+  is sent the session counts its sandbox paused, and the next operation waits for that pause
+  to end and resumes; a resume already sent is awaited, not sent again.
 - **Transparent resume.** The next operation on a session paused by this session resumes it
   first (:meth:`Session.sandbox`); callers never see a 409 for a pause of their own.
 - **Idle pause** (``idle_pause_s``): a thread pauses the sandbox once no operation has been in
@@ -79,6 +82,8 @@ class Pausing:
     _state_wait_s: float
     _state_lock: threading.RLock
     _paused: bool
+    # The status a transition already sent still waits for ("paused", "running"), or None.
+    _pending: str | None
     _boot_epoch: int
     _boot_notice: str | None
     _last_used: float
@@ -214,9 +219,20 @@ class Pausing:
                 ):
                     return  # used again meanwhile
             self._post_transition(sandbox, "pause")
-            self._wait_status(sandbox, "paused")
             with self._lock:
+                # Paused from here on, whatever the wait: an interrupted one must still leave
+                # the next operation resuming, not failing on a paused sandbox.
                 self._paused = True
+                self._pending = "paused"
+            try:
+                self._wait_status(sandbox, "paused")
+            except SandboxStateError:
+                with self._lock:  # the platform says the pause failed: still running
+                    self._paused = False
+                    self._pending = None
+                raise
+            with self._lock:
+                self._pending = None
         _log.debug("paused sandbox %s%s", sandbox.sandbox_id, " (idle)" if idle else "")
 
     def _resume_now(self, sandbox: Any) -> None:
@@ -224,10 +240,17 @@ class Pausing:
             with self._lock:
                 if not self._paused:
                     return
-            self._post_transition(sandbox, "resume")
+                pending = self._pending
+            if pending == "paused":  # a pause whose wait was cut short: let it end first
+                self._wait_status(sandbox, "paused")
+            if pending != "running":  # a resume already sent is awaited, not sent again
+                self._post_transition(sandbox, "resume")
+                with self._lock:
+                    self._pending = "running"
             self._wait_status(sandbox, "running")
             with self._lock:
                 self._paused = False
+                self._pending = None
                 self._last_used = time.monotonic()
             self._booted_fresh(RESUMED_NOTICE)
         _log.debug("resumed sandbox %s", sandbox.sandbox_id)

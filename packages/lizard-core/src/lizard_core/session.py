@@ -185,6 +185,7 @@ class Session(KeepAlive, Pausing, Teardown):
         self._volume_size_gb = volume_size_gb
         self._state_lock = threading.RLock()  # serialises pause and resume
         self._paused = False
+        self._pending: str | None = None
         self._boot_epoch = 0
         self._boot_notice: str | None = None
         self._last_used = time.monotonic()
