@@ -295,3 +295,31 @@ def test_an_interrupted_pause_wait_leaves_a_session_that_resumes(
     monkeypatch.setattr(Session, "_wait_status", wait)
     assert run_command(session, "cat /tmp/kept", shell=True).stdout == b"kept\n"
     assert session.boot_epoch == 2
+
+
+def _idlers() -> list[Any]:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "lizard-core-idle-pause"]
+
+
+@pytest.mark.parametrize("end", ["close", "destroy"])
+def test_the_idle_timer_ends_with_the_session_and_a_paused_one_is_destroyed(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, end: str
+) -> None:
+    before = set(_idlers())
+    s = Session(sandbox_config, idle_pause_s=30)
+    run_command(s, ["true"])
+    assert len(set(_idlers()) - before) == 1
+    s.pause()
+    sandbox_id = s.sandbox_id
+    getattr(s, end)()
+    deadline = time.monotonic() + 5
+    while set(_idlers()) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_idlers()) - before
+    if end == "destroy":
+        assert sandbox_id not in lizard_local.sandboxes()
+    else:  # left paused for a later run to attach to
+        assert _status(lizard_local, str(sandbox_id)) == "paused"
+        Session(sandbox_config, sandbox_id=sandbox_id).destroy()
