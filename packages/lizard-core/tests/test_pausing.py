@@ -323,3 +323,32 @@ def test_the_idle_timer_ends_with_the_session_and_a_paused_one_is_destroyed(
     else:  # left paused for a later run to attach to
         assert _status(lizard_local, str(sandbox_id)) == "paused"
         Session(sandbox_config, sandbox_id=sandbox_id).destroy()
+
+
+@pytest.mark.parametrize("timeout_ms", [0, 3_600_000])
+def test_attach_to_a_paused_sandbox_never_shortens_its_lifetime_nor_adds_a_deadline(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, timeout_ms: int
+) -> None:
+    # A paused sandbox's lifetime is frozen, not over: after the resume it runs on from what
+    # was left, and the configuration's shorter lifetime (300 s) must not replace it.
+    existing = lizard.Sandbox.create(
+        "base",
+        project_id=lizard_local.project_id,
+        timeout_ms=timeout_ms,
+        api_key=lizard_local.api_key,
+        api_url=lizard_local.url,
+    )
+    try:
+        existing.pause()
+        with Session(sandbox_config, sandbox_id=existing.sandbox_id) as s:
+            s.sandbox()
+            assert s.boot_epoch == 1
+        info = existing.get_info()
+        assert info.status == "running"
+        if timeout_ms == 0:
+            assert not info.end_at
+        else:
+            end = datetime.strptime(info.end_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            assert (end - datetime.now(UTC)).total_seconds() > 3000
+    finally:
+        existing.kill()

@@ -162,8 +162,9 @@ class Pausing:
         """One ``GET`` for the status; a resume if paused; a renewal if the lifetime is short.
 
         The lifetime is renewed to the configuration's (one ``set_timeout``) when less than
-        half of that is left (keep-alive's own threshold), or after a resume; a longer one is
-        never shortened, and a sandbox without a deadline is left without one.
+        half of that is left (keep-alive's own threshold), read after a resume (a paused
+        sandbox's lifetime is frozen); a longer one is never shortened, and a sandbox without
+        a deadline is left without one, paused or not.
         """
         sandbox = Sandbox(attach_id, **self.api_kwargs())
         try:
@@ -178,17 +179,18 @@ class Pausing:
                     f"The sandbox {attach_id} no longer exists (its status is {status!r}).",
                     sandbox_id=attach_id,
                 )
-            left_s = _seconds_left(info)
             if status in ("paused", "pausing"):
-                left_s = 0.0  # frozen while paused: renew after the resume
                 if status == "pausing":
                     self._wait_status(sandbox, "paused")
                 with self._lock:
                     self._paused = True
-                self._resume_now(sandbox)
+                info = self._resume_now(sandbox)
             elif status == "resuming":
-                self._wait_status(sandbox, "running")
+                info = self._wait_status(sandbox, "running")
                 self._booted_fresh(RESUMED_NOTICE)
+            # Frozen while paused: what is left is read once it runs again (the running
+            # answer), so that a longer lifetime is not cut to the configuration's.
+            left_s = _seconds_left(info) if info is not None else 0.0
             started = time.monotonic()
             lifetime_s = self._config.lifetime_ms / 1000
             if left_s != _NO_DEADLINE and left_s < lifetime_s / 2:
@@ -235,11 +237,12 @@ class Pausing:
                 self._pending = None
         _log.debug("paused sandbox %s%s", sandbox.sandbox_id, " (idle)" if idle else "")
 
-    def _resume_now(self, sandbox: Any) -> None:
+    def _resume_now(self, sandbox: Any) -> Any:
+        """Resume if paused; the running sandbox's info, or None if nothing was done."""
         with self._state_lock:
             with self._lock:
                 if not self._paused:
-                    return
+                    return None
                 pending = self._pending
             if pending == "paused":  # a pause whose wait was cut short: let it end first
                 self._wait_status(sandbox, "paused")
@@ -247,13 +250,14 @@ class Pausing:
                 self._post_transition(sandbox, "resume")
                 with self._lock:
                     self._pending = "running"
-            self._wait_status(sandbox, "running")
+            info = self._wait_status(sandbox, "running")
             with self._lock:
                 self._paused = False
                 self._pending = None
                 self._last_used = time.monotonic()
             self._booted_fresh(RESUMED_NOTICE)
         _log.debug("resumed sandbox %s", sandbox.sandbox_id)
+        return info
 
     def _booted_fresh(self, notice: str) -> None:
         with self._lock:
@@ -270,8 +274,8 @@ class Pausing:
                 sandbox_id=str(sandbox.sandbox_id),
             )
 
-    def _wait_status(self, sandbox: Any, want: str) -> None:
-        """Poll until the sandbox's status is ``want`` (bounded by ``state_wait_s``)."""
+    def _wait_status(self, sandbox: Any, want: str) -> Any:
+        """Poll until the sandbox's status is ``want`` (bounded by ``state_wait_s``); its info."""
         sandbox_id = str(sandbox.sandbox_id)
         deadline = time.monotonic() + self._state_wait_s
         delay = _FIRST_POLL_S
@@ -283,7 +287,7 @@ class Pausing:
                     raise malformed_answer("sandbox lookup", exc) from exc
             status = getattr(info, "status", None)
             if status == want:
-                return
+                return info
             if isinstance(status, str) and status.lower() in GONE_STATUSES:
                 with self._lock:
                     self._gone = True

@@ -17,9 +17,9 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   :class:`~lizard_core.errors.SandboxGoneError` on every use; nothing is created.
 - **Attach whatever the state.** Attaching is one ``GET`` for the status, a resume (bounded
   wait) when the sandbox is paused, and one ``set_timeout`` that renews its lifetime to the
-  configuration's when less than half of it is left or after a resume (never shortening it; a
-  sandbox without a deadline keeps none), so a sandbox picked up by a later run does not
-  expire under it.
+  configuration's when less than half of it is left (read after the resume for a paused one,
+  whose lifetime was frozen; never shortening it; a sandbox without a deadline keeps none), so
+  a sandbox picked up by a later run does not expire under it.
 - **Pause and resume** (:mod:`lizard_core._pausing`): explicit, or after ``idle_pause_s`` idle
   seconds; the next operation resumes transparently; fresh boots are counted for the kernel.
 - **Copies.** ``snapshot_id`` starts the sandbox from a snapshot (:mod:`lizard_core.snapshots`),
