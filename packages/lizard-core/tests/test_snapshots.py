@@ -161,3 +161,17 @@ def test_an_undated_snapshot_is_never_older_than_asked() -> None:
     undated = SnapshotRecord("snap_1", "x", {"k": "v"})
     assert not _matches(undated, {"k": "v"}, older_than_s=60)
     assert _matches(undated, {"k": "v"}, older_than_s=None)
+
+
+def test_a_name_too_long_with_its_tags_is_refused_before_the_snapshot_is_sent(
+    run_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    # The tags ride in the name: long labels on the configuration must fail here, clearly,
+    # not as the platform's 400 after the request.
+    config = run_config.replace(metadata={**run_config.metadata, "task": "t" * 120})
+    with Session(config) as s:
+        s.sandbox()
+        lizard_counters.reset_counters()
+        with pytest.raises(ValueError, match="name with its tags"):
+            take_snapshot(s, "a" * 60)
+        assert lizard_counters.counters()["routes"].get("POST /api/sandboxes/{id}/snapshot") is None

@@ -75,7 +75,9 @@ TAG_MARK: Final = "#lizard?"
 DEFAULT_SNAPSHOT_WAIT_S: Final = 660.0
 """How long :func:`take_snapshot` waits for ``ready`` (the platform allows a snapshot 10 min)."""
 MAX_LABEL: Final = 100
-MAX_NAME: Final = 512
+MAX_NAME: Final = 200
+"""The longest name sent, tags included: lizard-local's bound (lizard-sdk documents none), so
+that a name too long fails here, before the snapshot, not as a 400 after it."""
 _ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
