@@ -110,3 +110,27 @@ def test_an_interrupt_while_the_copies_are_taken_in_leaves_none_running(
         with pytest.raises(KeyboardInterrupt):
             fork_sessions(source, 3)
         assert set(lizard_local.sandboxes()) >= {source.sandbox_id}
+
+
+def test_an_interrupt_during_the_fork_request_leaves_no_copy_running(
+    sandbox_config: SandboxConfig,
+    lizard_local: LocalServer,
+    no_new_sandboxes: None,
+    restore_latency: None,
+) -> None:
+    # Ctrl-C while the fork's answer is awaited: the platform makes the copies all the same,
+    # and only that answer names them.
+    import _thread
+    import threading
+
+    with Session(sandbox_config) as source:
+        source.sandbox()
+        lizard_local.set_latency(800)
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                fork_sessions(source, 2)
+        finally:
+            timer.cancel()
+            lizard_local.set_latency(0)

@@ -12,7 +12,8 @@ with a volume cannot be forked (409). Contract (``tests/test_forks.py``, against
   ``with`` exit), with the source's configuration, keep-alive and idle pause, and a lifetime of
   its own (the configuration's). All or nothing: if any copy could not be made, the ones that
   were are destroyed and the error says how many failed and why; an interrupt (Ctrl-C) or an
-  unusable answer while the copies are taken in destroys every copy too.
+  unusable answer while the copies are taken in destroys every copy too; so does one while the
+  fork's answer is awaited (the request runs in a worker thread that outlives the interrupt).
 - Kernels carry over where the platform keeps memory: a fork's kernel is keyed by its lineage
   (:attr:`Session.lineage_id`), so it finds its source's running kernel. Where memory is not
   kept (lizard-local), the copy boots fresh and its kernel's first cell reports the state
@@ -21,7 +22,10 @@ with a volume cannot be forked (409). Contract (``tests/test_forks.py``, against
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import threading
+from collections.abc import Callable
 from typing import Any, Final
 
 from lizard_core._bridge import run_blocking
@@ -57,10 +61,16 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
     if session.volume is not None:
         raise SandboxStateError(_VOLUME_REFUSAL, code="FORK_VOLUME")
     sandbox = session.sandbox()
+    answer, interrupted = _uninterrupted(
+        lambda: session.call(sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms)
+    )
+    if interrupted is not None:
+        # Ctrl-C while the answer was awaited: the copies exist and only it names them.
+        if answer.exception() is None:
+            _kill_all([], [getattr(r, "sandbox", None) for r in answer.result() or ()])
+        raise interrupted
     try:
-        results: list[Any] = session.call(
-            sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms
-        )
+        results: list[Any] = answer.result()
     except SandboxStateError as error:
         raise SandboxStateError(
             f"Lizard refused to fork sandbox {sandbox.sandbox_id}: {error.message} "
@@ -89,6 +99,32 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
             f"{reason}. The copies that were made have been destroyed."
         )
     return copies
+
+
+def _uninterrupted(
+    request: Callable[[], list[Any]],
+) -> tuple[concurrent.futures.Future[list[Any]], BaseException | None]:
+    """Run ``request`` in a worker thread and wait for it through Ctrl-C.
+
+    Returns its outcome and the interrupt that came meanwhile, if any (the caller cleans up,
+    then raises it).
+    """
+    answer: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
+
+    def send() -> None:
+        try:
+            answer.set_result(request())
+        except BaseException as exc:  # handed to the caller through the future
+            answer.set_exception(exc)
+
+    threading.Thread(target=send, name="lizard-core-fork", daemon=True).start()
+    interrupted: BaseException | None = None
+    while True:
+        try:
+            concurrent.futures.wait([answer])
+            return answer, interrupted
+        except BaseException as exc:  # KeyboardInterrupt: the answer is waited for all the same
+            interrupted = interrupted or exc
 
 
 def _kill_all(copies: list[Session], handles: list[Any]) -> None:
