@@ -352,3 +352,24 @@ def test_attach_to_a_paused_sandbox_never_shortens_its_lifetime_nor_adds_a_deadl
             assert (end - datetime.now(UTC)).total_seconds() > 3000
     finally:
         existing.kill()
+
+
+def test_async_faces_under_trio_and_a_cancelled_resume_leaves_a_consistent_session(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    import trio
+
+    async def main() -> None:
+        async with Session(sandbox_config, idle_pause_s=0.3) as s:
+            await arun_command(s, "echo t > /tmp/t", shell=True)
+            deadline = time.monotonic() + 10
+            while not s.paused and time.monotonic() < deadline:
+                await trio.sleep(0.05)
+            assert s.paused  # the idle timer works under trio too
+            with trio.move_on_after(0.001):  # cancelled while resuming: the resume completes
+                await s.aresume()
+            result = await arun_command(s, "cat /tmp/t", shell=True)
+            assert result.stdout == b"t\n"
+            assert s.boot_epoch >= 1  # another idle pause may come between, on a slow machine
+
+    trio.run(main)
