@@ -175,3 +175,24 @@ def test_a_name_too_long_with_its_tags_is_refused_before_the_snapshot_is_sent(
         with pytest.raises(ValueError, match="name with its tags"):
             take_snapshot(s, "a" * 60)
         assert lizard_counters.counters()["routes"].get("POST /api/sandboxes/{id}/snapshot") is None
+
+
+def test_an_interrupt_during_the_snapshot_request_leaves_no_snapshot(
+    session: Session, run_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+) -> None:
+    # Ctrl-C while the snapshot's answer is awaited: the platform saves it all the same (and
+    # bills it by the GB-month), and only that answer names it.
+    import _thread
+    import threading
+
+    session.sandbox()
+    lizard_local.set_latency(800)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            take_snapshot(session, "interrupted")
+    finally:
+        timer.cancel()
+        lizard_local.set_latency(0)
+    assert find_snapshots(run_config, dict(run_config.metadata)) == []

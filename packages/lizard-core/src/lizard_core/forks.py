@@ -22,13 +22,11 @@ with a volume cannot be forked (409). Contract (``tests/test_forks.py``, against
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
-import threading
-from collections.abc import Callable
 from typing import Any, Final
 
 from lizard_core._bridge import run_blocking
+from lizard_core._uninterrupted import uninterrupted
 from lizard_core.errors import LizardIntegrationError, SandboxStateError
 from lizard_core.session import Session
 
@@ -61,8 +59,9 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
     if session.volume is not None:
         raise SandboxStateError(_VOLUME_REFUSAL, code="FORK_VOLUME")
     sandbox = session.sandbox()
-    answer, interrupted = _uninterrupted(
-        lambda: session.call(sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms)
+    answer, interrupted = uninterrupted(
+        lambda: session.call(sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms),
+        name="lizard-core-fork",
     )
     if interrupted is not None:
         # Ctrl-C while the answer was awaited: the copies exist and only it names them.
@@ -99,32 +98,6 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
             f"{reason}. The copies that were made have been destroyed."
         )
     return copies
-
-
-def _uninterrupted(
-    request: Callable[[], list[Any]],
-) -> tuple[concurrent.futures.Future[list[Any]], BaseException | None]:
-    """Run ``request`` in a worker thread and wait for it through Ctrl-C.
-
-    Returns its outcome and the interrupt that came meanwhile, if any (the caller cleans up,
-    then raises it).
-    """
-    answer: concurrent.futures.Future[list[Any]] = concurrent.futures.Future()
-
-    def send() -> None:
-        try:
-            answer.set_result(request())
-        except BaseException as exc:  # handed to the caller through the future
-            answer.set_exception(exc)
-
-    threading.Thread(target=send, name="lizard-core-fork", daemon=True).start()
-    interrupted: BaseException | None = None
-    while True:
-        try:
-            concurrent.futures.wait([answer])
-            return answer, interrupted
-        except BaseException as exc:  # KeyboardInterrupt: the answer is waited for all the same
-            interrupted = interrupted or exc
 
 
 def _kill_all(copies: list[Session], handles: list[Any]) -> None:

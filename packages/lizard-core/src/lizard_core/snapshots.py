@@ -11,9 +11,10 @@ until deleted. Contract (``tests/test_snapshots.py``, against lizard-local):
   version, the caller's labels such as a run id) URL-encoded. :attr:`SnapshotRecord.tags` reads
   them back; a name without the mark has no tags.
 - :func:`take_snapshot` is one ``POST`` (never retried: a second would make a second
-  snapshot), then ``GET``\\ s until it is ``ready`` (bounded by ``wait_s``;
-  :class:`~lizard_core.errors.StateWaitTimeoutError` past it, a failed one is a
-  :class:`~lizard_core.errors.SandboxStateError`).
+  snapshot; sent from a worker thread, so that Ctrl-C while its answer is awaited deletes the
+  snapshot made rather than leaving it billed unseen), then ``GET``\\ s until it is ``ready``
+  (bounded by ``wait_s``; :class:`~lizard_core.errors.StateWaitTimeoutError` past it, a failed
+  one is a :class:`~lizard_core.errors.SandboxStateError`).
 - A session starts from one with ``Session(config, snapshot_id=...)``: a create with the
   snapshot, carrying the configuration's tags, envs and lifetime; its kernel reports its state
   as lost on the first cell (the snapshot holds files, not memory).
@@ -28,6 +29,7 @@ until deleted. Contract (``tests/test_snapshots.py``, against lizard-local):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -41,6 +43,7 @@ from lizard import Sandbox
 
 from lizard_core._bridge import run_blocking
 from lizard_core._platform_calls import NOT_FOUND, retried
+from lizard_core._uninterrupted import uninterrupted
 from lizard_core.checks import check_seconds
 from lizard_core.config import (
     METADATA_INTEGRATION_KEY,
@@ -172,8 +175,16 @@ def take_snapshot(
     full_name = snapshot_name(name, session.config.sandbox_metadata)
     wait_s = check_seconds(wait_s, name="wait_s")
     sandbox = session.sandbox()
-    answer = session.call(sandbox.snapshot, full_name)
-    record = _record(answer)
+    sent, interrupted = uninterrupted(
+        lambda: session.call(sandbox.snapshot, full_name), name="lizard-core-snapshot"
+    )
+    if interrupted is not None:
+        # Ctrl-C while the answer was awaited: the snapshot exists and only it names it.
+        made = _record(sent.result()) if sent.exception() is None else None
+        if made is not None:
+            _delete_quietly(session.config, made.snapshot_id)
+        raise interrupted
+    record = _record(sent.result())
     if record is None:
         raise LizardIntegrationError("Lizard answered the snapshot without a usable id.")
     deadline = time.monotonic() + wait_s
@@ -193,6 +204,12 @@ def take_snapshot(
         raw = retried(Sandbox.get_snapshot, (record.snapshot_id,), session.api_kwargs())
         record = _record(raw) or record
     return record
+
+
+def _delete_quietly(config: SandboxConfig, snapshot_id: str) -> None:
+    """Delete a snapshot nobody will be told of (best effort: an error here matters less)."""
+    with contextlib.suppress(LizardIntegrationError):
+        delete_snapshots(config, [snapshot_id])
 
 
 def find_snapshots(
