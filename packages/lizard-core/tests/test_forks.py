@@ -134,3 +134,19 @@ def test_an_interrupt_during_the_fork_request_leaves_no_copy_running(
         finally:
             timer.cancel()
             lizard_local.set_latency(0)
+
+
+def test_a_fork_refused_for_another_reason_does_not_blame_a_volume(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    import lizard
+
+    from lizard_core.errors import SandboxPausedError
+
+    with Session(sandbox_config) as source:
+        sandbox_id = str(source.sandbox().sandbox_id)
+        # Paused by another client: this session does not know, so it sends the fork.
+        lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url).pause()
+        with pytest.raises(SandboxPausedError) as caught:
+            fork_sessions(source, 1)
+        assert "volume" not in str(caught.value)

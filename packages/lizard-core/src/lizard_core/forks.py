@@ -71,6 +71,8 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
     try:
         results: list[Any] = answer.result()
     except SandboxStateError as error:
+        if error.code != "FORK_VOLUME" and "volume" not in error.message.lower():
+            raise  # paused, busy...: its own class and words say why
         raise SandboxStateError(
             f"Lizard refused to fork sandbox {sandbox.sandbox_id}: {error.message} "
             f"({_VOLUME_REFUSAL})",
