@@ -373,3 +373,25 @@ def test_async_faces_under_trio_and_a_cancelled_resume_leaves_a_consistent_sessi
             assert s.boot_epoch >= 1  # another idle pause may come between, on a slow machine
 
     trio.run(main)
+
+
+def test_pausing_an_attached_sandbox_that_is_paused_resumes_nothing(
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    existing = lizard.Sandbox.create(
+        "base",
+        project_id=lizard_counters.project_id,
+        api_key=lizard_counters.api_key,
+        api_url=lizard_counters.url,
+    )
+    try:
+        existing.pause()
+        lizard_counters.reset_counters()
+        s = Session(sandbox_config, sandbox_id=existing.sandbox_id)
+        s.pause()  # a later run making sure it stays paused: no boot just to pause it again
+        s.close()
+        assert _count(lizard_counters, RESUME) == 0
+        assert _count(lizard_counters, PAUSE) == 0
+        assert _status(lizard_counters, existing.sandbox_id) == "paused"
+    finally:
+        existing.kill()

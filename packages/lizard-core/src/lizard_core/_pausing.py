@@ -94,7 +94,12 @@ class Pausing:
     _extend_due: float | None
     _config: SandboxConfig
 
+    _acquiring: Any
+
     def api_kwargs(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _check_usable(self) -> None:
         raise NotImplementedError
 
     def _extend(self, sandbox: Any) -> None:
@@ -135,14 +140,39 @@ class Pausing:
     def pause(self) -> None:
         """Pause the sandbox: processes end, files stay, billing for compute stops (blocking).
 
-        A session with no sandbox yet makes no request. Operations in flight end with their
-        processes. The next operation resumes the sandbox; :meth:`close` leaves it paused for
+        A session with no sandbox yet makes no request; one that is to attach to a sandbox
+        already paused makes one ``GET`` and leaves it paused. Operations in flight end with
+        their processes. The next operation resumes the sandbox; :meth:`close` leaves it paused for
         another run to attach to.
         """
         with self._lock:
             if self._sandbox is None and self._sandbox_id is None:
                 return
+            self._check_usable()
+            # An attach not yet made: a sandbox already paused is left so, not booted to be
+            # paused again (one GET instead of a resume and a pause).
+            attach_id = None if self._sandbox is not None or self._acquiring else self._sandbox_id
+        if attach_id is not None and self._found_paused(attach_id):
+            return
         self._pause_now(self._acquired(), idle=False)
+
+    def _found_paused(self, attach_id: str) -> bool:
+        """One GET: whether the sandbox to attach to is paused (or pausing, then awaited)."""
+        sandbox = Sandbox(attach_id, **self.api_kwargs())
+        try:
+            with translated(sandbox_id=attach_id):
+                try:
+                    info = self._call_with_retries(sandbox.get_info, idempotent=True)
+                except MALFORMED_ANSWER as exc:
+                    raise malformed_answer("sandbox lookup", exc) from exc
+        except SandboxGoneError:
+            with self._lock:
+                self._gone = True
+            raise
+        status = getattr(info, "status", None)
+        if status == "pausing":
+            self._wait_status(sandbox, "paused")
+        return status in ("paused", "pausing")
 
     async def apause(self) -> None:
         """Async :meth:`pause`; a cancellation waits for the request already sent."""
