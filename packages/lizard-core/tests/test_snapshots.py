@@ -196,3 +196,14 @@ def test_an_interrupt_during_the_snapshot_request_leaves_no_snapshot(
         timer.cancel()
         lizard_local.set_latency(0)
     assert find_snapshots(run_config, dict(run_config.metadata)) == []
+
+
+def test_take_snapshot_checks_its_session_before_any_request(
+    run_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    with pytest.raises(TypeError, match="Session"):
+        take_snapshot(run_config, "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wait_s"):
+        take_snapshot(Session(run_config), "x", wait_s="5")  # type: ignore[arg-type]
+    assert lizard_counters.counters()["total"] == 0

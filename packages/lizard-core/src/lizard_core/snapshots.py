@@ -172,6 +172,10 @@ def take_snapshot(
 
     The sandbox keeps running. Returns once the snapshot is ready.
     """
+    from lizard_core.session import Session  # the session module imports this one
+
+    if not isinstance(session, Session):
+        raise TypeError(f"session must be a Session, not {type(session).__name__}")
     full_name = snapshot_name(name, session.config.sandbox_metadata)
     wait_s = check_seconds(wait_s, name="wait_s")
     sandbox = session.sandbox()
