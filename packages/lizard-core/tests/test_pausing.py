@@ -395,3 +395,18 @@ def test_pausing_an_attached_sandbox_that_is_paused_resumes_nothing(
         assert _status(lizard_counters, existing.sandbox_id) == "paused"
     finally:
         existing.kill()
+
+
+def test_keep_alive_and_idle_pause_together_a_paused_lifetime_is_frozen(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    config = sandbox_config.replace(lifetime_ms=2_000)
+    with Session(config, keep_alive=True, idle_pause_s=0.3) as s:
+        run_command(s, "echo alive > /tmp/a", shell=True)
+        deadline = time.monotonic() + 10
+        while not s.paused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.paused
+        time.sleep(2.5)  # past the lifetime: paused, it does not run out
+        assert s.sandbox_id in lizard_local.sandboxes()
+        assert run_command(s, "cat /tmp/a", shell=True).stdout == b"alive\n"
