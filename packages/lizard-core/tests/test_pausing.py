@@ -410,3 +410,24 @@ def test_keep_alive_and_idle_pause_together_a_paused_lifetime_is_frozen(
         time.sleep(2.5)  # past the lifetime: paused, it does not run out
         assert s.sandbox_id in lizard_local.sandboxes()
         assert run_command(s, "cat /tmp/a", shell=True).stdout == b"alive\n"
+
+
+def test_a_slow_keep_alive_extension_before_an_operation_is_not_paused_under(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+) -> None:
+    # The next operation resumes, then extends the lifetime (due: more than half of it went
+    # by); that request taking longer than idle_pause_s must not let the idle timer pause the
+    # sandbox again before the operation starts.
+    config = sandbox_config.replace(lifetime_ms=4_000)
+    with Session(config, keep_alive=True, idle_pause_s=0.3) as s:
+        run_command(s, ["true"])
+        deadline = time.monotonic() + 10
+        while not s.paused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.paused
+        time.sleep(2.2)  # the extension is due (paused, the lifetime does not run out)
+        lizard_local.set_latency(600)
+        try:
+            assert run_command(s, ["echo", "ok"]).stdout == b"ok\n"
+        finally:
+            lizard_local.set_latency(0)

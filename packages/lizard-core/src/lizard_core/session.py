@@ -284,7 +284,11 @@ class Session(KeepAlive, Pausing, Teardown):
         """
         sandbox = self._acquired()
         self._ensure_running(sandbox)
-        self._maybe_extend(sandbox)
+        if self._idle_pause_s is None:
+            self._maybe_extend(sandbox)
+        else:
+            with self.in_use():  # a slow extension is use: no idle pause before the operation
+                self._maybe_extend(sandbox)
         return sandbox
 
     def _acquired(self) -> Any:
@@ -332,7 +336,11 @@ class Session(KeepAlive, Pausing, Teardown):
             break
         if self._idle_pause_s is not None or self._paused:
             await run_blocking(self._ensure_running, sandbox)
-        await self._amaybe_extend(sandbox)
+        if self._idle_pause_s is None:
+            await self._amaybe_extend(sandbox)
+        else:
+            with self.in_use():  # a slow extension is use: no idle pause before the operation
+                await self._amaybe_extend(sandbox)
         return sandbox
 
     def _check_usable(self) -> None:
