@@ -138,8 +138,9 @@ class LizardSandboxBackend(
     use to reconnect later; call `destroy()` when done: an agent run never destroys its workspace.
 
     Args:
-        ref: A sandbox to attach to on first use, instead of creating one. A sandbox that is gone
-            raises `WorkspaceUnavailableError`; no replacement is created.
+        ref: A sandbox to attach to on first use, instead of creating one; a paused one is
+            resumed. A sandbox that is gone raises `WorkspaceUnavailableError`; no replacement
+            is created.
         project_id: Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`. Needed
             only to create a sandbox: not with `ref`.
         api_key: Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host.
