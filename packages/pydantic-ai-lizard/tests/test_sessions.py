@@ -246,14 +246,33 @@ class TestConformanceOnAVolume(_Suite):
         return fresh
 
 
+def _paused_sandbox() -> str:
+    with Session(SandboxConfig.from_env(), destroy_on_exit=False) as session:
+        run_command(session, ["sh", "-c", "echo before > /tmp/before-the-pause"])
+        session.pause()
+        return str(session.sandbox_id)
+
+
 class TestConformanceAttachedAfterAPause(_Suite):
+    """Every rule on a backend attached to a paused sandbox (its first operation resumes it)."""
+
     @pytest.fixture
     def fresh_backend(self, make_backend: BackendFactory) -> Callable[[], WorkspaceBackend]:
-        def fresh() -> WorkspaceBackend:
-            with Session(SandboxConfig.from_env(), destroy_on_exit=False) as session:
-                session.sandbox()
-                session.pause()
-                paused = str(session.sandbox_id)
-            return make_backend(ref=WorkspaceRef(provider="lizard", id=paused))
+        return make_backend  # the suite's fresh environments are new ones (their ref is None)
 
-        return fresh
+    @pytest.fixture
+    def backend(self, make_backend: BackendFactory) -> WorkspaceBackend:
+        return make_backend(ref=WorkspaceRef(provider="lizard", id=_paused_sandbox()))
+
+    async def test_concurrent_first_uses_resume_it_once(
+        self, backend: LizardSandboxBackend
+    ) -> None:
+        async def read(results: list[bytes]) -> None:
+            results.append(await backend.read_bytes("/tmp/before-the-pause"))
+
+        results: list[bytes] = []
+        async with anyio.create_task_group() as group:
+            for _ in range(5):
+                group.start_soon(read, results)
+        assert results == [b"before\n"] * 5
+        assert backend._session.boot_epoch == 1  # one resume, shared by the five
