@@ -571,6 +571,9 @@ def _rechunk(pieces: Iterable[bytes]) -> Iterator[bytes]:
                 continue
             yield bytes(buffer)
             buffer = bytearray()
+        if start == 0 and len(view) == CHUNK_SIZE and type(piece) is bytes:
+            yield piece  # already a chunk: no copy (a streamed upload reads exactly these)
+            continue
         while len(view) - start >= CHUNK_SIZE:
             yield bytes(view[start : start + CHUNK_SIZE])
             start += CHUNK_SIZE
