@@ -582,3 +582,59 @@ def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
     done = run_command(session, ["python3", "-c", killer], input=json.dumps(argv).encode())
     # A hub's child (not the relay itself) ran the program, and it is gone with its exec.
     assert done.stdout == b"True False\n", done
+
+
+def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
+    tmp_path: Path,
+) -> None:
+    """``SIGUSR2`` can arrive while the relay still writes its pid (a loaded machine): the
+    launcher it runs then gets the exec's own stderr and none of the relay's descriptors."""
+    # A stand-in hub whose ``in`` pipe is full, so that the relay blocks in that very write.
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+        "os.set_blocking(12, False)\n"
+        "try:\n"
+        "    while True: os.write(12, b'x' * 4096)\n"
+        "except BlockingIOError: pass\n"
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print(os.readlink('/proc/self/fd/3'), flush=True)\n"
+        "sys.stdin.readline()\n"
+        "while os.read(3, 65536): pass\n"
+    )
+    key = _guest_relay.hub_key()
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(
+        ["python3", "-c", fake, str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert hub.stdout is not None
+        pipe = hub.stdout.readline().decode().strip()
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        text = (
+            "import os, sys\nprint(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))\n"
+            "print('err', file=sys.stderr)\nsys.exit(4)\n"
+        )
+        argv = guest_argv(text, ["declined-call-id"])
+        relay = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        def writing() -> bool:
+            with contextlib.suppress(OSError):
+                state = Path(f"/proc/{relay.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                return state == "S" and os.readlink(f"/proc/{relay.pid}/fd/3") == pipe
+            return False
+
+        _wait_until(writing, "the relay never wrote to the hub")
+        relay.send_signal(12)  # what a spare that declines the relay sends
+        assert hub.stdin is not None
+        hub.stdin.write(b"drain\n")  # the write completes, so the relay goes on
+        hub.stdin.flush()
+        out, err = relay.communicate(timeout=60)
+        assert (relay.returncode, out, err) == (4, b"[0, 1, 2, 3]\n", b"err\n")
+    finally:
+        hub.kill()
+        hub.wait()

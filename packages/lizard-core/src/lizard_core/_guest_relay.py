@@ -59,7 +59,7 @@ if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
   [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
   { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
-  { printf '%s\\n' "$$" >&3; } 2>/dev/null 3<>"/proc/$p/fd/3"
+  printf '%s\\n' "$$" 2>/dev/null 3<>"/proc/$p/fd/3" >&3
 then
   while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
   [ -z "$r" ] || exit 70
@@ -78,7 +78,10 @@ open cannot block when the hub and its children are gone at that very moment. En
 ``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
 program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
 ``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
-launcher gets neither these nor fd 5."""
+launcher gets neither these nor fd 5. Every redirection that may be in force when a signal
+arrives is a simple command's own, which the shell undoes before it runs a trap: a ``USR2``
+that comes while the relay still writes its pid (a grouping's redirection would still be in
+force, its ``2>/dev/null`` included) runs the launcher with the exec's own stderr."""
 
 _NAME: Final = "lizard-guest"
 
