@@ -638,3 +638,41 @@ def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
     finally:
         hub.kill()
         hub.wait()
+
+
+# A process of the user's that passes for a hub: named lizard-hub, its pipes where a hub keeps
+# them, a name file for it in sys.argv[1] (sys.argv[2]: "own", or "link" to a file of root's).
+_FAKE_HUB = """\
+import os, sys, time
+open('/proc/self/comm', 'w').write('lizard-hub')
+r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)
+r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)
+start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]
+os.makedirs(sys.argv[1], exist_ok=True)
+marker = os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start))
+if sys.argv[2] == 'link':
+    os.symlink('/etc/passwd', marker)
+else:
+    open(marker, 'w').close()
+time.sleep(120)
+"""
+
+
+@pytest.mark.parametrize("marker", ["own", "link"])
+def test_a_hub_named_in_a_shared_home_by_another_user_is_not_used(
+    session: Session, marker: str
+) -> None:
+    """Root's ``HOME`` is a directory of root's the user may write (``/tmp``): the user's
+    stand-in hub named there (through a link to root's ``/tmp``, by a file of the user's or a
+    link to one of root's) never gets root's call, which it would hold until the host gave up."""
+    # Its directory must be root's: a link to /tmp itself, where the user may add files.
+    directory = f"/tmp/.cache/lizard-hub-{_guest_relay.hub_key()}"
+    plant = (
+        f"mkdir -p /tmp/.cache && ln -s /tmp {directory} && "
+        f'(setsid python3 -c "$FAKE" /tmp {marker} </dev/null >/dev/null 2>&1 &) && '
+        "while ! ls /tmp/hub.* >/dev/null 2>&1; do sleep 0.05; done; echo planted"
+    )
+    planted = run_command(session, ["sh", "-c", plant], env={"FAKE": _FAKE_HUB}, user="user")
+    assert planted.stdout == b"planted\n", planted
+    code, out, _ = _relay(session, _WHO, ["shared-home-call-id"], prefix="export HOME=/tmp;")
+    assert (code, out) == (0, "launcher\n")

@@ -56,6 +56,7 @@ trap 'exit $e' 43
 for f in "$d"/hub.*; do p=${f##*/hub.}; done
 t=${p#*.} p=${p%%.*}
 if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
+  [ ! -h "$d" ] && [ -O "$f" ] && [ ! -h "$f" ] &&
   { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
   [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
   { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
@@ -67,7 +68,9 @@ fi
 exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
 """POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
-``hub.<pid>.<start time>`` in the user's private directory names, checked in ``/proc/<pid>/stat``
+``hub.<pid>.<start time>`` in the user's private directory names (the directory and the file
+the user's own and not links: only the user's own hub can have made that file, even where
+``HOME`` is a directory others may write, such as ``/tmp``), checked in ``/proc/<pid>/stat``
 (alive, not stopped, named ``lizard-hub``, started then); the relay reaches it only through
 ``/proc/<pid>/fd``: it opens the hub's ``wait`` pipe (fd 11, which nobody writes), writes its pid
 to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. The hub's child ends it with signals:
