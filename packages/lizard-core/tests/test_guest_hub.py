@@ -702,3 +702,31 @@ def test_a_hub_named_in_a_shared_home_by_another_user_is_not_used(
     assert planted.stdout == b"planted\n", planted
     code, out, _ = _relay(session, _WHO, ["shared-home-call-id"], prefix="export HOME=/tmp;")
     assert (code, out) == (0, "launcher\n")
+
+
+def test_a_process_whose_name_forges_the_start_time_is_not_a_hub(tmp_path: Path) -> None:
+    """A name with spaces and a parenthesis shifts ``/proc/<pid>/stat``'s fields: here its
+    thread count (1) reads as the start time. Such a process (one that took a dead hub's pid,
+    say) never gets a call, which it would hold until the host gave up."""
+    fake = (
+        "import os, sys, time\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub) R 1')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.1' % os.getpid()), 'w').close()\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE)
+    try:
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == b"ready\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["forged-call-id"])
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=20)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
+    finally:
+        hub.kill()
+        hub.wait()
