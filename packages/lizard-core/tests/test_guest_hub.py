@@ -728,6 +728,9 @@ def test_a_process_whose_name_forges_the_start_time_is_not_a_hub(tmp_path: Path)
         argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["forged-call-id"])
         done = subprocess.run(argv, env=env, capture_output=True, timeout=20)
         assert (done.returncode, done.stdout) == (4, b"ran\n")
+        # The launcher started a real hub, which takes the directory over: end it.
+        _wait_until(lambda: _hub_in(directory) not in (0, hub.pid), "no hub started")
+        os.kill(_hub_in(directory), 9)
     finally:
         hub.kill()
         hub.wait()
