@@ -53,13 +53,16 @@ trap 'i=1 e=$((e|32))' 40
 trap 'i=1 e=$((e|64))' 41
 trap 'i=1 e=$((e|128))' 42
 trap 'exit $e' 43
+k() { s=$1 x=${20}; }
 for f in "$d"/hub.*; do p=${f##*/hub.}; done
 t=${p#*.} p=${p%%.*}
 if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
-  { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
-  [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
+  [ ! -h "$d" ] && [ -O "$f" ] && [ ! -h "$f" ] &&
+  { read -r l <"/proc/$p/stat"; } 2>/dev/null && case $l in
+    "$p (lizard-hub) "*")"*) false;; "$p (lizard-hub) "*) k ${l#*) };; *) false;; esac &&
+  [ "$x" = "$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
   { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
-  { printf '%s\\n' "$$" >&3; } 2>/dev/null 3<>"/proc/$p/fd/3"
+  printf '%s\\n' "$$" 2>/dev/null 3<>"/proc/$p/fd/3" >&3
 then
   while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
   [ -z "$r" ] || exit 70
@@ -67,7 +70,11 @@ fi
 exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
 """POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
-``hub.<pid>.<start time>`` in the user's private directory names, checked in ``/proc/<pid>/stat``
+``hub.<pid>.<start time>`` in the user's private directory names (the directory and the file
+the user's own and not links: only the user's own hub can have made that file, even where
+``HOME`` is a directory others may write, such as ``/tmp``), checked in ``/proc/<pid>/stat``,
+read once and whole (a name of exactly ``lizard-hub``: one with spaces and a parenthesis would
+shift the fields after it, so that another could pass for the start time)
 (alive, not stopped, named ``lizard-hub``, started then); the relay reaches it only through
 ``/proc/<pid>/fd``: it opens the hub's ``wait`` pipe (fd 11, which nobody writes), writes its pid
 to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. The hub's child ends it with signals:
@@ -78,7 +85,10 @@ open cannot block when the hub and its children are gone at that very moment. En
 ``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
 program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
 ``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
-launcher gets neither these nor fd 5."""
+launcher gets neither these nor fd 5. Every redirection that may be in force when a signal
+arrives is a simple command's own, which the shell undoes before it runs a trap: a ``USR2``
+that comes while the relay still writes its pid (a grouping's redirection would still be in
+force, its ``2>/dev/null`` included) runs the launcher with the exec's own stderr."""
 
 _NAME: Final = "lizard-guest"
 
