@@ -32,17 +32,21 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import posixpath
 import tarfile
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Final, Literal
+from urllib.parse import urlencode, urlsplit
 
 from agents.sandbox.errors import (
     ExecNonZeroError,
+    ExposedPortUnavailableError,
     InvalidManifestPathError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
@@ -60,7 +64,7 @@ from agents.sandbox.session.pty_types import (
     truncate_text_by_tokens,
 )
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
-from agents.sandbox.types import ExecResult, User
+from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.workspace_paths import coerce_posix_path
 
@@ -68,7 +72,9 @@ from lizard_core import errors as core
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
 from lizard_core.files import CHUNK_SIZE, SandboxFiles
 from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
+from lizard_core.ports import aexpose_port
 from lizard_core.session import Session
+from lizard_core.snapshots import adelete_snapshots, atake_snapshot
 
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
@@ -113,6 +119,18 @@ _STAGE_SCRIPT = (
 
 
 _NO_STAGE: Final = {"LIZARD_STAGE": ""}
+SNAPSHOT_MAGIC: Final = b"LIZARD_SANDBOX_SNAPSHOT_V1\n"
+"""How a persisted workspace that is a Lizard snapshot's reference (not a tar) begins."""
+
+
+def _snapshot_reference(head: bytes) -> str | None:
+    if not head.startswith(SNAPSHOT_MAGIC):
+        return None
+    try:
+        value = json.loads(head[len(SNAPSHOT_MAGIC) :]).get("snapshot_id")
+    except (ValueError, AttributeError):
+        return None
+    return value if isinstance(value, str) and value else None
 
 
 def _failure(result: CommandResult) -> dict[str, object]:
@@ -143,6 +161,14 @@ def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
         yield piece.encode() if isinstance(piece, str) else bytes(piece)
 
 
+@dataclass(frozen=True, repr=False)
+class _Endpoint(ExposedPortEndpoint):
+    """The SDK's endpoint, whose ``query`` carries the port's token: kept out of its repr."""
+
+    def __repr__(self) -> str:
+        return f"ExposedPortEndpoint(host={self.host!r}, port={self.port}, tls={self.tls})"
+
+
 def _spool() -> tempfile.SpooledTemporaryFile[bytes]:
     return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
 
@@ -158,6 +184,8 @@ class LizardSandboxSession(BaseSandboxSession):
         self._files = SandboxFiles(session)
         self._ptys: dict[int, InteractiveProcess] = {}
         self._pty_used: dict[int, float] = {}  # process id -> when it was last started or fed
+        self._paused_on_exit = False
+        self._restored_from: str | None = None  # the snapshot this sandbox was started from
 
     @property
     def sandbox_id(self) -> str:
@@ -176,11 +204,48 @@ class LizardSandboxSession(BaseSandboxSession):
         return await self._validate_remote_path_access(path, for_write=for_write)
 
     async def _shutdown_backend(self) -> None:
+        if self._paused_on_exit:
+            return
         try:
-            await self._session.adestroy()
+            if self.state.pause_on_exit:
+                try:
+                    await self._session.apause()
+                except core.SandboxGoneError:
+                    pass
+                except core.LizardIntegrationError:
+                    # Not left running (billing): destroyed, and the failure raised below.
+                    await self._session.adestroy()
+                    raise
+                self._paused_on_exit = True
+                await self._session.aclose()  # leaves it paused for resume(state)
+            else:
+                await self._session.adestroy()
         except core.LizardIntegrationError as error:
             root = self._workspace_root_path()
             raise WorkspaceStopError(path=root, context=failure_context(error)) from error
+
+    async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        try:
+            exposed = await aexpose_port(self._session, port)
+            url = urlsplit(exposed.url)
+            if url.hostname is None:
+                raise ValueError("the platform's URL has no hostname")
+        except (core.LizardIntegrationError, ValueError) as error:
+            context = {"backend": "lizard", "detail": type(error).__name__}
+            raise ExposedPortUnavailableError(
+                port=port,
+                exposed_ports=self.state.exposed_ports,
+                reason="backend_unavailable",
+                context=context,
+                cause=error,
+            ) from error
+        tls = url.scheme == "https"
+        return _Endpoint(
+            host=url.hostname,
+            port=url.port or (443 if tls else 80),
+            tls=tls,
+            query=urlencode({"lizard_token": exposed.token}),
+        )
 
     async def running(self) -> bool:
         """Whether the sandbox still exists (one ``GET``)."""
@@ -456,8 +521,24 @@ class LizardSandboxSession(BaseSandboxSession):
             raise error(path=root, cause=ExecNonZeroError(result, command=argv))
 
     async def persist_workspace(self) -> io.IOBase:
-        """A tar of the workspace root, members relative to it, spooled on the host."""
+        """A tar of the workspace root (members relative to it), or a Lizard snapshot's reference.
+
+        With ``workspace_persistence="snapshot"`` the sandbox's files are saved as a Lizard
+        snapshot (nothing through the host) and the one this session saved before is deleted.
+        A manifest with paths kept out of persistence falls back to the tar, which can skip them.
+        """
         root = self._workspace_root_path()
+        if self.state.workspace_persistence == "snapshot" and not (
+            self._persist_workspace_skip_relpaths()
+        ):
+            with workspace_errors(root, write=False):
+                record = await atake_snapshot(self._session, "openai-agents workspace")
+            previous, self.state.snapshot_id = self.state.snapshot_id, record.snapshot_id
+            if previous not in (None, record.snapshot_id):
+                with contextlib.suppress(core.LizardIntegrationError):
+                    await adelete_snapshots(self._session.config, [previous])
+            reference = json.dumps({"snapshot_id": record.snapshot_id}).encode()
+            return io.BytesIO(SNAPSHOT_MAGIC + reference)
         archive = self._archive_path()
         skip = sorted(p.as_posix() for p in self._persist_workspace_skip_relpaths())
         excludes = [f"--exclude=./{rel}" for rel in skip]
@@ -477,11 +558,16 @@ class LizardSandboxSession(BaseSandboxSession):
         return spool
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        """Unpack a tar made by :meth:`persist_workspace` under the workspace root."""
+        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked."""
         root = self._workspace_root_path()
         with _spool() as spool:
             for piece in _chunks(data):
                 spool.write(piece)
+            spool.seek(0)
+            snapshot_id = _snapshot_reference(spool.read(len(SNAPSHOT_MAGIC) + 256))
+            if snapshot_id is not None:
+                await self._restore_snapshot(snapshot_id)
+                return
             spool.seek(0)
             try:
                 with tarfile.open(fileobj=spool, mode="r:*") as checked:
@@ -504,6 +590,28 @@ class LizardSandboxSession(BaseSandboxSession):
                 await self._checked(argv, WorkspaceArchiveWriteError, root)
             finally:
                 await self._remove_quietly(archive)
+
+    async def _clear_workspace_root_on_resume(self) -> None:
+        # A sandbox started from the saved snapshot already holds the workspace to restore.
+        if self._restored_from is None:
+            await super()._clear_workspace_root_on_resume()
+
+    async def _restore_snapshot(self, snapshot_id: str) -> None:
+        """Replace this session's sandbox by one started from ``snapshot_id``."""
+        if snapshot_id == self._restored_from:
+            return  # resume() already started this sandbox from it
+        root = self._workspace_root_path()
+        old = self._session
+        with workspace_errors(root, write=True):
+            await old.adestroy()  # first: a volume attaches to one sandbox at a time
+            new = Session(old.config, snapshot_id=snapshot_id, volume=self.state.volume)
+            try:
+                await new.asandbox()
+            except BaseException:
+                await new.adestroy()
+                raise
+        self._session, self._files = new, SandboxFiles(new)
+        self.state.sandbox_id, self._restored_from = new.sandbox_id or "", snapshot_id
 
     async def _remove_quietly(self, path: str) -> None:
         # A temporary file in /tmp: the sandbox's end removes it anyway.
