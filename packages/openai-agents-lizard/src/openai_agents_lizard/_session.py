@@ -34,18 +34,15 @@ import contextlib
 import io
 import json
 import posixpath
-import tarfile
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Literal
+from typing import Final, Literal
 from urllib.parse import urlencode, urlsplit
 
 from agents.sandbox.errors import (
-    ExecNonZeroError,
     ExposedPortUnavailableError,
     InvalidManifestPathError,
     WorkspaceArchiveReadError,
@@ -65,12 +62,12 @@ from agents.sandbox.session.pty_types import (
 )
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
 from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
-from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
 from agents.sandbox.workspace_paths import coerce_posix_path
 
 from lizard_core import errors as core
+from lizard_core.archives import MAX_MEMBERS, apack_directory, aunpack_archive, iter_chunks
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
-from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.files import SandboxFiles
 from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
 from lizard_core.ports import aexpose_port
 from lizard_core.session import Session
@@ -83,7 +80,7 @@ __all__ = ["HYDRATE_MEMBERS", "SPOOL_MEMORY", "LizardSandboxSession"]
 
 SPOOL_MEMORY: Final = 8 * 1024 * 1024
 """Bytes of a streamed read or archive held in memory before it spills to a temporary file."""
-HYDRATE_MEMBERS = 500_000
+HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
 (the host keeps each header read, about 1 KiB)."""
 SMALL_READ: Final = STREAM_BUDGET
@@ -147,18 +144,6 @@ def _check_read(target: Path, result: CommandResult, *also_fine: int) -> None:
 def _check_written(target: Path, result: CommandResult) -> None:
     if result.exit_code != 0:
         raise WorkspaceArchiveWriteError(path=target, context=_failure(result))
-
-
-def _count_members(tar: tarfile.TarFile) -> None:
-    # Read lazily, so a tar with millions of members stops here, not in the host's memory.
-    for count, _ in enumerate(tar, start=1):
-        if count > HYDRATE_MEMBERS:
-            raise UnsafeTarMemberError(member="<tar>", reason="too many members")
-
-
-def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
-    while piece := stream.read(CHUNK_SIZE):
-        yield piece.encode() if isinstance(piece, str) else bytes(piece)
 
 
 @dataclass(frozen=True, repr=False)
@@ -485,7 +470,7 @@ class LizardSandboxSession(BaseSandboxSession):
 
         def pieces() -> Iterator[bytes]:
             yield head
-            yield from _chunks(data)
+            yield from iter_chunks(data)  # type: ignore[arg-type]
 
         if name is None:
             with workspace_errors(target, write=True):
@@ -506,20 +491,6 @@ class LizardSandboxSession(BaseSandboxSession):
 
     # ── workspace persistence ────────────────────────────────────────────
 
-    def _archive_path(self) -> str:
-        return f"/tmp/openai-agents-lizard-{uuid.uuid4().hex}.tar"
-
-    async def _checked(
-        self,
-        argv: list[str],
-        error: type[WorkspaceArchiveReadError | WorkspaceArchiveWriteError],
-        root: Path,
-    ) -> None:
-        done = await self._run(argv)
-        if done.exit_code != 0:
-            result = ExecResult(stdout=done.stdout, stderr=done.stderr, exit_code=done.exit_code)
-            raise error(path=root, cause=ExecNonZeroError(result, command=argv))
-
     async def persist_workspace(self) -> io.IOBase:
         """A tar of the workspace root (members relative to it), or a Lizard snapshot's reference.
 
@@ -539,29 +510,23 @@ class LizardSandboxSession(BaseSandboxSession):
                     await adelete_snapshots(self._session.config, [previous])
             reference = json.dumps({"snapshot_id": record.snapshot_id}).encode()
             return io.BytesIO(SNAPSHOT_MAGIC + reference)
-        archive = self._archive_path()
-        skip = sorted(p.as_posix() for p in self._persist_workspace_skip_relpaths())
-        excludes = [f"--exclude=./{rel}" for rel in skip]
-        spool = _spool()
-        try:
-            tar = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", root.as_posix(), "."]
-            await self._checked(tar, WorkspaceArchiveReadError, root)
-            with workspace_errors(root, write=False):
-                async for piece in self._files.aiter_bytes(archive):
-                    spool.write(piece)
-        except BaseException:
-            spool.close()
-            raise
-        finally:
-            await self._remove_quietly(archive)
-        spool.seek(0)
-        return spool
+        with workspace_errors(root, write=False):
+            return await apack_directory(  # an io.IOBase since Python 3.11
+                self._session,
+                root.as_posix(),
+                exclude=[p.as_posix() for p in self._persist_workspace_skip_relpaths()],
+                spool_memory=SPOOL_MEMORY,
+            )
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked."""
+        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked.
+
+        A tar is checked on the host first (``lizard_core.archives.check_archive``), so nothing
+        of a hostile one is extracted.
+        """
         root = self._workspace_root_path()
         with _spool() as spool:
-            for piece in _chunks(data):
+            for piece in iter_chunks(data):  # type: ignore[arg-type]
                 spool.write(piece)
             spool.seek(0)
             snapshot_id = _snapshot_reference(spool.read(len(SNAPSHOT_MAGIC) + 256))
@@ -570,26 +535,13 @@ class LizardSandboxSession(BaseSandboxSession):
                 return
             spool.seek(0)
             try:
-                with tarfile.open(fileobj=spool, mode="r:*") as checked:
-                    _count_members(checked)
-                    # Symlinks out stay links (a virtualenv has them); no member goes under one,
-                    # and reads and writes resolve paths in the sandbox.
-                    validate_tarfile(checked)
-            except UnsafeTarMemberError as error:
+                with workspace_errors(root, write=True):
+                    await aunpack_archive(
+                        self._session, root.as_posix(), spool, max_members=HYDRATE_MEMBERS
+                    )
+            except core.UnsafeArchiveError as error:
                 context = {"reason": error.reason, "member": error.member}
                 raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
-            except (tarfile.TarError, ValueError, OSError) as error:
-                raise WorkspaceArchiveWriteError(path=root, cause=error) from error
-            spool.seek(0)
-            archive = self._archive_path()
-            try:
-                with workspace_errors(root, write=True):
-                    await self._files.awrite_chunks(archive, _chunks(spool))
-                unpack = 'mkdir -p -- "$2" && exec tar xf "$1" -C "$2"'
-                argv = ["sh", "-c", unpack, "sh", archive, root.as_posix()]
-                await self._checked(argv, WorkspaceArchiveWriteError, root)
-            finally:
-                await self._remove_quietly(archive)
 
     async def _clear_workspace_root_on_resume(self) -> None:
         # A sandbox started from the saved snapshot already holds the workspace to restore.
