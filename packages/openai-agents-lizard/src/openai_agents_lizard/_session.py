@@ -33,7 +33,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import posixpath
 import tempfile
 import time
 from collections.abc import Iterator
@@ -72,6 +71,7 @@ from lizard_core.interactive import InteractiveProcess, Update, astart_interacti
 from lizard_core.ports import aexpose_port
 from lizard_core.session import Session
 from lizard_core.snapshots import adelete_snapshots, atake_snapshot
+from lizard_core.transfers import astage_for_user
 
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
@@ -107,14 +107,6 @@ _WRITE_SCRIPT = (
     'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$LIZARD_STAGE" > "$p"; fi; '
     'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
 )
-# A file only root and $1 can touch, in a folder nobody else can change: a user's large
-# transfer is copied through it by the user's own process, so the user's rights apply.
-_STAGE_SCRIPT = (
-    'd=$(mktemp -d /tmp/.openai-agents-lizard-XXXXXXXX) && chmod 711 "$d" && : > "$d/data" '
-    '&& chown -- "$1" "$d/data" && chmod 600 "$d/data" && printf %s "$d/data"'
-)
-
-
 _NO_STAGE: Final = {"LIZARD_STAGE": ""}
 SNAPSHOT_MAGIC: Final = b"LIZARD_SANDBOX_SNAPSHOT_V1\n"
 """How a persisted workspace that is a Lizard snapshot's reference (not a tar) begins."""
@@ -413,13 +405,6 @@ class LizardSandboxSession(BaseSandboxSession):
             )
         return target, result
 
-    async def _stage(self, user: str) -> str:
-        """A private file for one large transfer as ``user`` (see ``_STAGE_SCRIPT``)."""
-        done = await self._run(["sh", "-c", _STAGE_SCRIPT, "sh", user])
-        if done.exit_code != 0:
-            raise PermissionError(f"cannot stage a transfer for user {user!r}: {done.stderr!r}")
-        return done.stdout.decode()
-
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
         """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks.
 
@@ -431,25 +416,24 @@ class LizardSandboxSession(BaseSandboxSession):
         _check_read(target, result, _LARGE)
         if result.exit_code == 0:
             return io.BytesIO(result.stdout)
-        source, stage = result.stdout.decode(), None
         spool = _spool()
         try:
-            if name is not None:
+            async with contextlib.AsyncExitStack() as stack:
+                source = result.stdout.decode()
+                if name is not None:
+                    with workspace_errors(target, write=False):
+                        staged = astage_for_user(self._session, name)
+                        source = await stack.enter_async_context(staged)
+                    env = {"LIZARD_STAGE": source}
+                    _check_read(
+                        target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
+                    )
                 with workspace_errors(target, write=False):
-                    source = stage = await self._stage(name)
-                env = {"LIZARD_STAGE": stage}
-                _check_read(
-                    target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
-                )
-            with workspace_errors(target, write=False):
-                async for piece in self._files.aiter_bytes(source):
-                    spool.write(piece)
+                    async for piece in self._files.aiter_bytes(source):
+                        spool.write(piece)
         except BaseException:
             spool.close()
             raise
-        finally:
-            if stage is not None:
-                await self._remove_quietly(posixpath.dirname(stage))
         spool.seek(0)
         return spool  # an io.IOBase since Python 3.11
 
@@ -477,17 +461,14 @@ class LizardSandboxSession(BaseSandboxSession):
                 await self._files.awrite_chunks(result.stdout.decode(), pieces())
             return
         # As another user: staged, then copied into place by that user's own process.
-        with workspace_errors(target, write=True):
-            stage = await self._stage(name)
-        try:
+        async with contextlib.AsyncExitStack() as stack:
             with workspace_errors(target, write=True):
+                stage = await stack.enter_async_context(astage_for_user(self._session, name))
                 await self._files.awrite_chunks(stage, pieces())
             env = {"LIZARD_STAGE": stage, "LIZARD_STREAMED": "0"}
             _check_written(
                 target, (await self._transfer(_WRITE_SCRIPT, path, "1", name, env=env))[1]
             )
-        finally:
-            await self._remove_quietly(posixpath.dirname(stage))
 
     # ── workspace persistence ────────────────────────────────────────────
 
@@ -564,11 +545,6 @@ class LizardSandboxSession(BaseSandboxSession):
                 raise
         self._session, self._files = new, SandboxFiles(new)
         self.state.sandbox_id, self._restored_from = new.sandbox_id or "", snapshot_id
-
-    async def _remove_quietly(self, path: str) -> None:
-        # A temporary file in /tmp: the sandbox's end removes it anyway.
-        with contextlib.suppress(core.LizardIntegrationError, OSError):
-            await self._files.aremove(path)
 
     def __repr__(self) -> str:
         return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"
