@@ -74,6 +74,9 @@ async def test_pause_on_exit_leaves_the_sandbox_paused_and_resume_resumes_it(
         assert _status(lizard_local, sandbox_id) == "running"
         await resumed.aclose()
         assert _status(lizard_local, sandbox_id) == "paused"
+        await client.destroy(resumed)
+        assert sandbox_id not in lizard_local.sandboxes()
+        await client.destroy(resumed)  # harmless
     finally:
         await _destroy(sandbox_id)
 

@@ -11,6 +11,7 @@ Contract (proven against lizard-local in ``tests/``):
 - **delete** alone destroys the sandbox (pauses it with ``pause_on_exit``); a second delete,
   or one after ``shutdown()``, is harmless. The runner deletes the sessions it created and
   leaves a session passed in (``SandboxRunConfig(session=...)``) to its owner.
+- **destroy** removes the sandbox whatever ``pause_on_exit`` says.
 - **resume** reattaches to the state's sandbox while it lives (a paused one is resumed); a
   sandbox that is gone is never
   silently reused: a replacement is created with the same settings (started from the state's
@@ -22,6 +23,7 @@ Contract (proven against lizard-local in ``tests/``):
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any, Final
 
@@ -169,6 +171,16 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
             raise TypeError("LizardSandboxClient.delete expects a session it created")
         await inner.shutdown()
         return session
+
+    async def destroy(self, session: SandboxSession) -> None:
+        """Destroy the session's sandbox even with ``pause_on_exit`` (paused or running)."""
+        inner = session._inner
+        if not isinstance(inner, LizardSandboxSession):
+            raise TypeError("LizardSandboxClient.destroy expects a session it created")
+        await inner.pty_terminate_all()
+        await inner._session.aclose()
+        with contextlib.suppress(core.SandboxGoneError):
+            await Session(self._config, sandbox_id=inner.state.sandbox_id).adestroy()
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
         """Reattach to ``state``'s sandbox, or create a replacement hydrated from its snapshot."""
