@@ -133,3 +133,17 @@ def test_bad_ids_raise_before_any_request(
     with pytest.raises(ValueError, match="not a snapshot id"):
         delete_snapshots(sandbox_config, ["../etc"])
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_a_reference_round_trips_and_nothing_else_reads_as_one() -> None:
+    from lizard_core.snapshots import decode_reference, encode_reference
+
+    data = encode_reference("snap_abc123")
+    assert decode_reference(data) == "snap_abc123"
+    assert decode_reference(data + b"\0" * 600) is None  # trailing bytes: not a bare reference
+    assert decode_reference(b"./file.txt\0\0\0") is None  # a tar
+    assert decode_reference(data[:-3]) is None  # cut short
+    forged = data.replace(b"snap_abc123", b"../../etc")
+    assert decode_reference(forged) is None  # not an id
+    with pytest.raises(ValueError, match="snapshot id"):
+        encode_reference("a/b")

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import tempfile
 import time
 from collections.abc import Iterator
@@ -70,7 +69,12 @@ from lizard_core.files import SandboxFiles
 from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
 from lizard_core.ports import aexpose_port
 from lizard_core.session import Session
-from lizard_core.snapshots import adelete_snapshots, atake_snapshot
+from lizard_core.snapshots import (
+    adelete_snapshots,
+    atake_snapshot,
+    decode_reference,
+    encode_reference,
+)
 from lizard_core.transfers import astage_for_user
 
 from ._errors import exec_errors, failure_context, workspace_errors
@@ -108,18 +112,6 @@ _WRITE_SCRIPT = (
     'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
 )
 _NO_STAGE: Final = {"LIZARD_STAGE": ""}
-SNAPSHOT_MAGIC: Final = b"LIZARD_SANDBOX_SNAPSHOT_V1\n"
-"""How a persisted workspace that is a Lizard snapshot's reference (not a tar) begins."""
-
-
-def _snapshot_reference(head: bytes) -> str | None:
-    if not head.startswith(SNAPSHOT_MAGIC):
-        return None
-    try:
-        value = json.loads(head[len(SNAPSHOT_MAGIC) :]).get("snapshot_id")
-    except (ValueError, AttributeError):
-        return None
-    return value if isinstance(value, str) and value else None
 
 
 def _failure(result: CommandResult) -> dict[str, object]:
@@ -489,8 +481,7 @@ class LizardSandboxSession(BaseSandboxSession):
             if previous not in (None, record.snapshot_id):
                 with contextlib.suppress(core.LizardIntegrationError):
                     await adelete_snapshots(self._session.config, [previous])
-            reference = json.dumps({"snapshot_id": record.snapshot_id}).encode()
-            return io.BytesIO(SNAPSHOT_MAGIC + reference)
+            return io.BytesIO(encode_reference(record.snapshot_id))
         with workspace_errors(root, write=False):
             return await apack_directory(  # an io.IOBase since Python 3.11
                 self._session,
@@ -510,7 +501,7 @@ class LizardSandboxSession(BaseSandboxSession):
             for piece in iter_chunks(data):  # type: ignore[arg-type]
                 spool.write(piece)
             spool.seek(0)
-            snapshot_id = _snapshot_reference(spool.read(len(SNAPSHOT_MAGIC) + 256))
+            snapshot_id = decode_reference(spool.read(512))
             if snapshot_id is not None:
                 await self._restore_snapshot(snapshot_id)
                 return
