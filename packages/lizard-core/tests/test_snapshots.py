@@ -207,3 +207,17 @@ def test_take_snapshot_checks_its_session_before_any_request(
     with pytest.raises(TypeError, match="wait_s"):
         take_snapshot(Session(run_config), "x", wait_s="5")  # type: ignore[arg-type]
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_a_reference_round_trips_and_nothing_else_reads_as_one() -> None:
+    from lizard_core.snapshots import decode_reference, encode_reference
+
+    data = encode_reference("snap_abc123")
+    assert decode_reference(data) == "snap_abc123"
+    assert decode_reference(data + b"\0" * 600) is None  # trailing bytes: not a bare reference
+    assert decode_reference(b"./file.txt\0\0\0") is None  # a tar
+    assert decode_reference(data[:-3]) is None  # cut short
+    forged = data.replace(b"snap_abc123", b"../../etc")
+    assert decode_reference(forged) is None  # not an id
+    with pytest.raises(ValueError, match="snapshot id"):
+        encode_reference("a/b")

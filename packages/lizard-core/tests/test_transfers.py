@@ -185,3 +185,26 @@ async def test_the_async_transfers(afiles: SandboxFiles, tmp_path: Path) -> None
     assert await aupload_file(afiles, tmp_path / "a", "/tmp/async/a") == 11
     assert await adownload_file(afiles, "/tmp/async/a", tmp_path / "b") == 11
     assert (tmp_path / "b").read_bytes() == b"async bytes"
+
+
+async def test_a_stage_is_the_users_alone_and_removed_after(module_session: Any) -> None:
+    from lizard_core.commands import arun_command
+    from lizard_core.transfers import astage_for_user
+
+    async with astage_for_user(module_session, "user") as stage:
+        shown = await arun_command(module_session, ["stat", "-c", "%U %a", stage])
+        assert shown.stdout.split() == [b"user", b"600"]
+        folder = await arun_command(module_session, ["stat", "-c", "%a", stage.rsplit("/", 1)[0]])
+        assert folder.stdout.strip() == b"711"  # others may not list or add
+        written = await arun_command(
+            module_session, ["sh", "-c", f"echo mine > {stage}"], user="user"
+        )
+        assert written.exit_code == 0
+    gone = await arun_command(module_session, ["ls", stage.rsplit("/", 1)[0]])
+    assert gone.exit_code != 0
+    with pytest.raises(PermissionError):
+        async with astage_for_user(module_session, "no-such-user-xyz"):
+            pass
+    with pytest.raises(ValueError, match="user name"):
+        async with astage_for_user(module_session, "-rf"):
+            pass

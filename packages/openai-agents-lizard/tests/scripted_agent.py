@@ -131,7 +131,8 @@ def make_agent(model: Model) -> SandboxAgent:
 
 
 def run_config(client: LizardSandboxClient, **sandbox: Any) -> RunConfig:
-    sandbox_config = SandboxRunConfig(client=client, options=OPTIONS, **sandbox)
+    sandbox.setdefault("options", OPTIONS)
+    sandbox_config = SandboxRunConfig(client=client, **sandbox)
     return RunConfig(sandbox=sandbox_config, tracing_disabled=True)
 
 

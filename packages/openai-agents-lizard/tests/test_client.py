@@ -40,7 +40,9 @@ def test_options_are_frozen_typed_and_registered() -> None:
     with pytest.raises(ValidationError):
         LizardSandboxClientOptions(size="enormous")  # type: ignore[arg-type]
     with pytest.raises(ValidationError):
-        LizardSandboxClientOptions(pause_on_exit=True)  # type: ignore[call-arg]
+        LizardSandboxClientOptions(pause_on_exits=True)  # type: ignore[call-arg]
+    with pytest.raises(ValidationError):
+        LizardSandboxClientOptions(workspace_persistence="zip")  # type: ignore[arg-type]
     parsed = BaseSandboxClientOptions.parse(json.loads(options.model_dump_json()))
     assert parsed == options
 
@@ -52,6 +54,8 @@ def test_options_are_frozen_typed_and_registered() -> None:
         (LizardSandboxClientOptions(envs={"A=B": "x"}), ValueError),
         (LizardSandboxClientOptions(template=""), ValueError),
         (LizardSandboxClientOptions(allowed_hosts=("",)), ValueError),
+        (LizardSandboxClientOptions(volume="Not A Slug"), ValueError),
+        (LizardSandboxClientOptions(exposed_ports=(8080,), internet_access=False), ValueError),
     ],
 )
 async def test_bad_options_fail_before_any_request(

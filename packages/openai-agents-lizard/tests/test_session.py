@@ -342,7 +342,7 @@ async def test_large_transfers_honour_the_user(shared: SandboxSession, size: int
     owner = await shared.exec("stat", "-c", "%U %a", "owned/mine.bin", shell=False)
     assert owner.stdout.split()[0] == b"user"
     assert (await shared.read(Path("owned/mine.bin"), user="user")).read() == mine
-    leftovers = await shared.exec("sh", "-c", "ls -d /tmp/.openai-agents-lizard-* 2>/dev/null")
+    leftovers = await shared.exec("sh", "-c", "ls -d /tmp/.lizard-stage-* 2>/dev/null")
     assert leftovers.stdout == b""
 
 

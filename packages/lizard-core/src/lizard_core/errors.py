@@ -17,7 +17,10 @@ Every exception class lizard_core defines is defined here::
     │   ├── GuestNotStartedError    the exec ended before the guest said a word; nothing ran
     │   └── LineTooLongError        a line from the guest passed its bound
     ├── GuestCancelledError         a guest call was cancelled and the guest stopped
-    └── KernelUnavailableError      the kernel could not be started or reached; no cell ran
+    ├── KernelUnavailableError      the kernel could not be started or reached; no cell ran
+    └── ArchiveCommandError         tar failed in the sandbox (exit code and stderr attached)
+
+    UnsafeArchiveError              a tar to unpack was refused on the host (also ValueError)
 
     ReadAbandonedError              internal signal of the file transport (a plain ``Exception``,
                                     never raised to callers)
@@ -73,6 +76,7 @@ from lizard_core._redact import redact
 
 __all__ = [
     "MALFORMED_ANSWER",
+    "ArchiveCommandError",
     "CommandTimeoutError",
     "CredentialsError",
     "GuestCancelledError",
@@ -88,6 +92,7 @@ __all__ = [
     "SandboxStateError",
     "StateWaitTimeoutError",
     "TransientError",
+    "UnsafeArchiveError",
     "malformed_answer",
     "translate",
     "translated",
@@ -276,6 +281,24 @@ class GuestCancelledError(LizardIntegrationError):
 
 class KernelUnavailableError(LizardIntegrationError):
     """The kernel could not be started or reached in the sandbox (nothing of the cell ran)."""
+
+
+class ArchiveCommandError(LizardIntegrationError):
+    """``tar`` failed in the sandbox while packing or unpacking a directory."""
+
+    def __init__(self, message: str, *, exit_code: int, stderr: bytes) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.stderr = stderr
+
+
+class UnsafeArchiveError(ValueError):
+    """A tar was refused before anything of it was unpacked: ``member`` and ``reason`` say why."""
+
+    def __init__(self, member: str, reason: str) -> None:
+        super().__init__(f"unsafe archive member {member!r}: {reason}")
+        self.member = member
+        self.reason = reason
 
 
 class ReadAbandonedError(Exception):

@@ -24,12 +24,17 @@ until deleted. Contract (``tests/test_snapshots.py``, against lizard-local):
   never older); entries without a usable id are skipped.
   :func:`delete_snapshots` deletes each (one ``DELETE``, retried; a 404 counts as done) and
   raises the first error only after trying all.
+- **A reference as bytes.** :func:`encode_reference` is a snapshot id as a small self-describing
+  byte string, for frameworks that store a persisted workspace as bytes;
+  :func:`decode_reference` reads one back from the start of such bytes (``None`` for anything
+  else, a tar for one), checking the id.
 - Names and ids are checked before any request; every function has an ``a``-prefixed coroutine.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -68,11 +73,15 @@ __all__ = [
     "afind_snapshots",
     "atake_snapshot",
     "check_snapshot_id",
+    "decode_reference",
     "delete_snapshots",
+    "encode_reference",
     "find_snapshots",
     "take_snapshot",
 ]
 
+REFERENCE_MAGIC: Final = b"LIZARD_SANDBOX_SNAPSHOT_V1\n"
+"""How the bytes of :func:`encode_reference` begin."""
 TAG_MARK: Final = "#lizard?"
 """What separates a snapshot's label from its URL-encoded tags in its name."""
 DEFAULT_SNAPSHOT_WAIT_S: Final = 660.0
@@ -113,6 +122,23 @@ def check_snapshot_id(snapshot_id: object) -> str:
     if not _ID.fullmatch(snapshot_id):
         raise ValueError(f"snapshot_id {snapshot_id!r} is not a snapshot id")
     return snapshot_id
+
+
+def encode_reference(snapshot_id: str) -> bytes:
+    """``snapshot_id`` as bytes that :func:`decode_reference` recognises."""
+    body = json.dumps({"snapshot_id": check_snapshot_id(snapshot_id)}).encode()
+    return REFERENCE_MAGIC + body
+
+
+def decode_reference(head: bytes) -> str | None:
+    """The snapshot id that ``head`` (the first 512 bytes suffice) refers to, or None."""
+    if not head.startswith(REFERENCE_MAGIC):
+        return None
+    try:
+        value = json.loads(head[len(REFERENCE_MAGIC) :]).get("snapshot_id")
+        return check_snapshot_id(value)
+    except (ValueError, TypeError, AttributeError):
+        return None
 
 
 def snapshot_name(label: str, tags: Mapping[str, str]) -> str:

@@ -18,6 +18,11 @@ Contract (proven against lizard-local in ``tests/test_transfers.py``):
   are not about one file: they are raised at once, and the items after it are not attempted.
 - **Shapes are checked first.** A batch that is not a list of paths (or of ``(path, bytes)``
   pairs) is a :class:`TypeError` before any request.
+- **Large transfers as another user.** :func:`astage_for_user` gives a file only root and that
+  user can touch, in a fresh folder nobody else can change: the caller streams through it
+  (``SandboxFiles`` runs as root) and has the user's own process copy between it and the
+  target, so the user's rights apply to every byte. One request to make, one to remove (on
+  exit, whatever happened); an unknown user is a ``PermissionError``.
 - **Cost and semantics** are those of :meth:`SandboxFiles.write_bytes
   <lizard_core.files.SandboxFiles.write_bytes>` (parents created, atomic replace) and
   :meth:`SandboxFiles.read_bytes <lizard_core.files.SandboxFiles.read_bytes>`, item by item.
@@ -31,18 +36,22 @@ import os
 import posixpath
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, Final
 
 from lizard_core._bridge import run_blocking
 from lizard_core.checks import check_absolute_path
+from lizard_core.commands import arun_command
+from lizard_core.errors import LizardIntegrationError
 from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.session import Session
 
 __all__ = [
     "Transfer",
     "adownload_file",
     "aread_each",
+    "astage_for_user",
     "aupload_file",
     "awrite_each",
     "download_file",
@@ -50,6 +59,32 @@ __all__ = [
     "upload_file",
     "write_each",
 ]
+
+_STAGE_SCRIPT: Final = (
+    'd=$(mktemp -d /tmp/.lizard-stage-XXXXXXXX) && chmod 711 "$d" && : > "$d/data" '
+    '&& chown -- "$1" "$d/data" && chmod 600 "$d/data" && printf %s "$d/data"'
+)
+
+
+@contextlib.asynccontextmanager
+async def astage_for_user(session: Session, user: str) -> AsyncIterator[str]:
+    """The path of an empty file only root and ``user`` can touch, removed on exit.
+
+    See the module docstring: for a large read or write that must honour ``user``'s rights.
+    """
+    if not isinstance(user, str) or not user or user.startswith("-") or "\0" in user:
+        raise ValueError(f"user must be a user name, not {user!r}")
+    done = await arun_command(session, ["sh", "-c", _STAGE_SCRIPT, "sh", user])
+    if done.exit_code != 0:
+        detail = done.stderr.decode("utf-8", errors="replace").strip()[-300:]
+        raise PermissionError(f"cannot stage a transfer for user {user!r}: {detail}")
+    stage = done.stdout.decode()
+    try:
+        yield stage
+    finally:
+        # In /tmp: the sandbox's end removes it anyway.
+        with contextlib.suppress(LizardIntegrationError, OSError):
+            await SandboxFiles(session).aremove(posixpath.dirname(stage))
 
 
 @dataclass(frozen=True)

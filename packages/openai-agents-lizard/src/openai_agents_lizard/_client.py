@@ -8,18 +8,22 @@ Contract (proven against lizard-local in ``tests/``):
 - **create** makes the sandbox (one request) and returns the SDK's session, unstarted: the
   runner's ``start()`` materializes the manifest or restores the snapshot. A create that fails
   or is cancelled leaves no sandbox behind.
-- **delete** alone destroys the sandbox; a second delete, or one after ``shutdown()``, is
-  harmless. The runner deletes the sessions it created and leaves a session passed in
-  (``SandboxRunConfig(session=...)``) to its owner.
-- **resume** reattaches to the state's sandbox while it lives; a sandbox that is gone is never
-  silently reused: a replacement is created with the same settings, and ``start()`` hydrates it
-  from ``state.snapshot``.
+- **delete** alone destroys the sandbox (pauses it with ``pause_on_exit``); a second delete,
+  or one after ``shutdown()``, is harmless. The runner deletes the sessions it created and
+  leaves a session passed in (``SandboxRunConfig(session=...)``) to its owner.
+- **destroy** removes the sandbox whatever ``pause_on_exit`` says.
+- **resume** reattaches to the state's sandbox while it lives (a paused one is resumed); a
+  sandbox that is gone is never
+  silently reused: a replacement is created with the same settings (started from the state's
+  Lizard snapshot with ``workspace_persistence="snapshot"``), and ``start()`` hydrates it from
+  ``state.snapshot``.
 - **State** (``serialize_session_state`` / ``deserialize_session_state``) holds the sandbox id
   and settings, never the API key, URL or project.
 """
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from typing import Any, Final
 
@@ -35,6 +39,7 @@ from lizard_core import errors as core
 from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig
 from lizard_core.session import Session
+from lizard_core.volumes import check_volume_name
 
 from ._errors import failure_context
 from ._options import LizardSandboxClientOptions, LizardSandboxSessionState
@@ -54,6 +59,7 @@ _SETTINGS: Final = (
     "internet_access",
     "allowed_hosts",
 )
+_STATE_ONLY: Final = ("pause_on_exit", "workspace_persistence", "volume", "exposed_ports")
 
 
 class SandboxCreateError(RuntimeError):
@@ -109,9 +115,11 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
             changes["internet_access"] = False
         return self._config.replace(**changes)
 
-    async def _new_sandbox(self, config: SandboxConfig) -> Session:
+    async def _new_sandbox(
+        self, config: SandboxConfig, *, volume: str | None, snapshot_id: str | None = None
+    ) -> Session:
         config.require_project()
-        session = Session(config)
+        session = Session(config, volume=volume, snapshot_id=snapshot_id)
         try:
             await session.asandbox()
         except BaseException as error:
@@ -140,14 +148,18 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         if validate is not None:
             manifest = validate(manifest)
         config = self._config_for(options)
+        if options.volume is not None:
+            check_volume_name(options.volume)
+        if options.exposed_ports and not config.internet_access:
+            raise ValueError("exposed_ports need internet access (the platform refuses them)")
         session_id = uuid.uuid4()
         state = LizardSandboxSessionState(
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            **{name: getattr(options, name) for name in _SETTINGS},
+            **{name: getattr(options, name) for name in _SETTINGS + _STATE_ONLY},
         )
-        session = await self._new_sandbox(config)
+        session = await self._new_sandbox(config, volume=options.volume)
         state.sandbox_id = session.sandbox_id or ""
         inner = LizardSandboxSession(state=state, session=session)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
@@ -159,6 +171,16 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
             raise TypeError("LizardSandboxClient.delete expects a session it created")
         await inner.shutdown()
         return session
+
+    async def destroy(self, session: SandboxSession) -> None:
+        """Destroy the session's sandbox even with ``pause_on_exit`` (paused or running)."""
+        inner = session._inner
+        if not isinstance(inner, LizardSandboxSession):
+            raise TypeError("LizardSandboxClient.destroy expects a session it created")
+        await inner.pty_terminate_all()
+        await inner._session.aclose()
+        with contextlib.suppress(core.SandboxGoneError):
+            await Session(self._config, sandbox_id=inner.state.sandbox_id).adestroy()
 
     async def resume(self, state: SandboxSessionState) -> SandboxSession:
         """Reattach to ``state``'s sandbox, or create a replacement hydrated from its snapshot."""
@@ -181,11 +203,18 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
                 context = failure_context(error)
                 raise SandboxCreateError(str(context["detail"]), context) from error
         preserved = session is not None
+        from_snapshot: str | None = None
         if session is None:
-            session = await self._new_sandbox(config)
+            # A snapshot-persisted workspace starts the replacement from that snapshot;
+            # hydrate_workspace then finds it restored.
+            from_snapshot = state.snapshot_id if state.workspace_persistence == "snapshot" else None
+            session = await self._new_sandbox(
+                config, volume=state.volume, snapshot_id=from_snapshot
+            )
             state.sandbox_id = session.sandbox_id or ""
             state.workspace_root_ready = False
         inner = LizardSandboxSession(state=state, session=session)
+        inner._restored_from = None if preserved else from_snapshot
         inner._set_start_state_preserved(preserved)
         return self._wrap_session(inner, instrumentation=self._instrumentation)
 

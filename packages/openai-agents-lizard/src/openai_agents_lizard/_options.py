@@ -13,9 +13,15 @@ from agents.sandbox.session.sandbox_client import BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
 from pydantic import ConfigDict
 
-__all__ = ["LizardSandboxClientOptions", "LizardSandboxSessionState", "Size"]
+__all__ = [
+    "LizardSandboxClientOptions",
+    "LizardSandboxSessionState",
+    "Size",
+    "WorkspacePersistence",
+]
 
 Size = Literal["nano", "mini", "small", "medium", "large", "big"]
+WorkspacePersistence = Literal["tar", "snapshot"]
 
 
 class LizardSandboxClientOptions(BaseSandboxClientOptions):
@@ -42,10 +48,21 @@ class LizardSandboxClientOptions(BaseSandboxClientOptions):
     """False: no internet for the sandbox's whole life."""
     allowed_hosts: tuple[str, ...] | None = None
     """With no internet, the hosts that stay reachable (implies ``internet_access=False``)."""
+    exposed_ports: tuple[int, ...] = ()
+    """Ports ``session.resolve_exposed_port(port)`` may publish (needs internet access)."""
+    pause_on_exit: bool = False
+    """Pause the sandbox, not destroy it, when the run ends; ``resume(state)`` resumes it."""
+    workspace_persistence: WorkspacePersistence = "tar"
+    """``"tar"``: the workspace travels through the host; ``"snapshot"``: a Lizard snapshot."""
+    volume: str | None = None
+    """A volume's name, made if absent, mounted at ``/workspace`` (the default manifest root)."""
 
 
 class LizardSandboxSessionState(SandboxSessionState):
-    """A Lizard session's state: its sandbox id, and the settings to build a replacement."""
+    """A Lizard session's state: its sandbox id, and the settings to build a replacement.
+
+    Holds no credential: the API key, URL and project come from the client that resumes it.
+    """
 
     type: Literal["lizard"] = "lizard"
     sandbox_id: str = ""
@@ -56,3 +73,8 @@ class LizardSandboxSessionState(SandboxSessionState):
     metadata: dict[str, str] | None = None
     internet_access: bool = True
     allowed_hosts: tuple[str, ...] | None = None
+    pause_on_exit: bool = False
+    workspace_persistence: WorkspacePersistence = "tar"
+    volume: str | None = None
+    snapshot_id: str | None = None
+    """The Lizard snapshot this session last persisted to (deleted when a newer one is made)."""

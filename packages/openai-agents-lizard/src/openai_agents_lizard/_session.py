@@ -32,17 +32,16 @@ from __future__ import annotations
 
 import contextlib
 import io
-import posixpath
-import tarfile
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Final, Literal
+from typing import Final, Literal
+from urllib.parse import urlencode, urlsplit
 
 from agents.sandbox.errors import (
-    ExecNonZeroError,
+    ExposedPortUnavailableError,
     InvalidManifestPathError,
     WorkspaceArchiveReadError,
     WorkspaceArchiveWriteError,
@@ -60,15 +59,23 @@ from agents.sandbox.session.pty_types import (
     truncate_text_by_tokens,
 )
 from agents.sandbox.session.runtime_helpers import RESOLVE_WORKSPACE_PATH_HELPER
-from agents.sandbox.types import ExecResult, User
-from agents.sandbox.util.tar_utils import UnsafeTarMemberError, validate_tarfile
+from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.workspace_paths import coerce_posix_path
 
 from lizard_core import errors as core
+from lizard_core.archives import MAX_MEMBERS, apack_directory, aunpack_archive, iter_chunks
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
-from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.files import SandboxFiles
 from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
+from lizard_core.ports import aexpose_port
 from lizard_core.session import Session
+from lizard_core.snapshots import (
+    adelete_snapshots,
+    atake_snapshot,
+    decode_reference,
+    encode_reference,
+)
+from lizard_core.transfers import astage_for_user
 
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
@@ -77,7 +84,7 @@ __all__ = ["HYDRATE_MEMBERS", "SPOOL_MEMORY", "LizardSandboxSession"]
 
 SPOOL_MEMORY: Final = 8 * 1024 * 1024
 """Bytes of a streamed read or archive held in memory before it spills to a temporary file."""
-HYDRATE_MEMBERS = 500_000
+HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
 (the host keeps each header read, about 1 KiB)."""
 SMALL_READ: Final = STREAM_BUDGET
@@ -104,14 +111,6 @@ _WRITE_SCRIPT = (
     'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$LIZARD_STAGE" > "$p"; fi; '
     'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
 )
-# A file only root and $1 can touch, in a folder nobody else can change: a user's large
-# transfer is copied through it by the user's own process, so the user's rights apply.
-_STAGE_SCRIPT = (
-    'd=$(mktemp -d /tmp/.openai-agents-lizard-XXXXXXXX) && chmod 711 "$d" && : > "$d/data" '
-    '&& chown -- "$1" "$d/data" && chmod 600 "$d/data" && printf %s "$d/data"'
-)
-
-
 _NO_STAGE: Final = {"LIZARD_STAGE": ""}
 
 
@@ -131,16 +130,12 @@ def _check_written(target: Path, result: CommandResult) -> None:
         raise WorkspaceArchiveWriteError(path=target, context=_failure(result))
 
 
-def _count_members(tar: tarfile.TarFile) -> None:
-    # Read lazily, so a tar with millions of members stops here, not in the host's memory.
-    for count, _ in enumerate(tar, start=1):
-        if count > HYDRATE_MEMBERS:
-            raise UnsafeTarMemberError(member="<tar>", reason="too many members")
+@dataclass(frozen=True, repr=False)
+class _Endpoint(ExposedPortEndpoint):
+    """The SDK's endpoint, whose ``query`` carries the port's token: kept out of its repr."""
 
-
-def _chunks(stream: IO[bytes] | io.IOBase) -> Iterator[bytes]:
-    while piece := stream.read(CHUNK_SIZE):
-        yield piece.encode() if isinstance(piece, str) else bytes(piece)
+    def __repr__(self) -> str:
+        return f"ExposedPortEndpoint(host={self.host!r}, port={self.port}, tls={self.tls})"
 
 
 def _spool() -> tempfile.SpooledTemporaryFile[bytes]:
@@ -158,6 +153,8 @@ class LizardSandboxSession(BaseSandboxSession):
         self._files = SandboxFiles(session)
         self._ptys: dict[int, InteractiveProcess] = {}
         self._pty_used: dict[int, float] = {}  # process id -> when it was last started or fed
+        self._paused_on_exit = False
+        self._restored_from: str | None = None  # the snapshot this sandbox was started from
 
     @property
     def sandbox_id(self) -> str:
@@ -176,11 +173,48 @@ class LizardSandboxSession(BaseSandboxSession):
         return await self._validate_remote_path_access(path, for_write=for_write)
 
     async def _shutdown_backend(self) -> None:
+        if self._paused_on_exit:
+            return
         try:
-            await self._session.adestroy()
+            if self.state.pause_on_exit:
+                try:
+                    await self._session.apause()
+                except core.SandboxGoneError:
+                    pass
+                except core.LizardIntegrationError:
+                    # Not left running (billing): destroyed, and the failure raised below.
+                    await self._session.adestroy()
+                    raise
+                self._paused_on_exit = True
+                await self._session.aclose()  # leaves it paused for resume(state)
+            else:
+                await self._session.adestroy()
         except core.LizardIntegrationError as error:
             root = self._workspace_root_path()
             raise WorkspaceStopError(path=root, context=failure_context(error)) from error
+
+    async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
+        try:
+            exposed = await aexpose_port(self._session, port)
+            url = urlsplit(exposed.url)
+            if url.hostname is None:
+                raise ValueError("the platform's URL has no hostname")
+        except (core.LizardIntegrationError, ValueError) as error:
+            context = {"backend": "lizard", "detail": type(error).__name__}
+            raise ExposedPortUnavailableError(
+                port=port,
+                exposed_ports=self.state.exposed_ports,
+                reason="backend_unavailable",
+                context=context,
+                cause=error,
+            ) from error
+        tls = url.scheme == "https"
+        return _Endpoint(
+            host=url.hostname,
+            port=url.port or (443 if tls else 80),
+            tls=tls,
+            query=urlencode({"lizard_token": exposed.token}),
+        )
 
     async def running(self) -> bool:
         """Whether the sandbox still exists (one ``GET``)."""
@@ -363,13 +397,6 @@ class LizardSandboxSession(BaseSandboxSession):
             )
         return target, result
 
-    async def _stage(self, user: str) -> str:
-        """A private file for one large transfer as ``user`` (see ``_STAGE_SCRIPT``)."""
-        done = await self._run(["sh", "-c", _STAGE_SCRIPT, "sh", user])
-        if done.exit_code != 0:
-            raise PermissionError(f"cannot stage a transfer for user {user!r}: {done.stderr!r}")
-        return done.stdout.decode()
-
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
         """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks.
 
@@ -381,25 +408,24 @@ class LizardSandboxSession(BaseSandboxSession):
         _check_read(target, result, _LARGE)
         if result.exit_code == 0:
             return io.BytesIO(result.stdout)
-        source, stage = result.stdout.decode(), None
         spool = _spool()
         try:
-            if name is not None:
+            async with contextlib.AsyncExitStack() as stack:
+                source = result.stdout.decode()
+                if name is not None:
+                    with workspace_errors(target, write=False):
+                        staged = astage_for_user(self._session, name)
+                        source = await stack.enter_async_context(staged)
+                    env = {"LIZARD_STAGE": source}
+                    _check_read(
+                        target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
+                    )
                 with workspace_errors(target, write=False):
-                    source = stage = await self._stage(name)
-                env = {"LIZARD_STAGE": stage}
-                _check_read(
-                    target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
-                )
-            with workspace_errors(target, write=False):
-                async for piece in self._files.aiter_bytes(source):
-                    spool.write(piece)
+                    async for piece in self._files.aiter_bytes(source):
+                        spool.write(piece)
         except BaseException:
             spool.close()
             raise
-        finally:
-            if stage is not None:
-                await self._remove_quietly(posixpath.dirname(stage))
         spool.seek(0)
         return spool  # an io.IOBase since Python 3.11
 
@@ -420,95 +446,96 @@ class LizardSandboxSession(BaseSandboxSession):
 
         def pieces() -> Iterator[bytes]:
             yield head
-            yield from _chunks(data)
+            yield from iter_chunks(data)  # type: ignore[arg-type]
 
         if name is None:
             with workspace_errors(target, write=True):
                 await self._files.awrite_chunks(result.stdout.decode(), pieces())
             return
         # As another user: staged, then copied into place by that user's own process.
-        with workspace_errors(target, write=True):
-            stage = await self._stage(name)
-        try:
+        async with contextlib.AsyncExitStack() as stack:
             with workspace_errors(target, write=True):
+                stage = await stack.enter_async_context(astage_for_user(self._session, name))
                 await self._files.awrite_chunks(stage, pieces())
             env = {"LIZARD_STAGE": stage, "LIZARD_STREAMED": "0"}
             _check_written(
                 target, (await self._transfer(_WRITE_SCRIPT, path, "1", name, env=env))[1]
             )
-        finally:
-            await self._remove_quietly(posixpath.dirname(stage))
 
     # ── workspace persistence ────────────────────────────────────────────
 
-    def _archive_path(self) -> str:
-        return f"/tmp/openai-agents-lizard-{uuid.uuid4().hex}.tar"
-
-    async def _checked(
-        self,
-        argv: list[str],
-        error: type[WorkspaceArchiveReadError | WorkspaceArchiveWriteError],
-        root: Path,
-    ) -> None:
-        done = await self._run(argv)
-        if done.exit_code != 0:
-            result = ExecResult(stdout=done.stdout, stderr=done.stderr, exit_code=done.exit_code)
-            raise error(path=root, cause=ExecNonZeroError(result, command=argv))
-
     async def persist_workspace(self) -> io.IOBase:
-        """A tar of the workspace root, members relative to it, spooled on the host."""
+        """A tar of the workspace root (members relative to it), or a Lizard snapshot's reference.
+
+        With ``workspace_persistence="snapshot"`` the sandbox's files are saved as a Lizard
+        snapshot (nothing through the host) and the one this session saved before is deleted.
+        A manifest with paths kept out of persistence falls back to the tar, which can skip them.
+        """
         root = self._workspace_root_path()
-        archive = self._archive_path()
-        skip = sorted(p.as_posix() for p in self._persist_workspace_skip_relpaths())
-        excludes = [f"--exclude=./{rel}" for rel in skip]
-        spool = _spool()
-        try:
-            tar = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", root.as_posix(), "."]
-            await self._checked(tar, WorkspaceArchiveReadError, root)
+        if self.state.workspace_persistence == "snapshot" and not (
+            self._persist_workspace_skip_relpaths()
+        ):
             with workspace_errors(root, write=False):
-                async for piece in self._files.aiter_bytes(archive):
-                    spool.write(piece)
-        except BaseException:
-            spool.close()
-            raise
-        finally:
-            await self._remove_quietly(archive)
-        spool.seek(0)
-        return spool
+                record = await atake_snapshot(self._session, "openai-agents workspace")
+            previous, self.state.snapshot_id = self.state.snapshot_id, record.snapshot_id
+            if previous not in (None, record.snapshot_id):
+                with contextlib.suppress(core.LizardIntegrationError):
+                    await adelete_snapshots(self._session.config, [previous])
+            return io.BytesIO(encode_reference(record.snapshot_id))
+        with workspace_errors(root, write=False):
+            return await apack_directory(  # an io.IOBase since Python 3.11
+                self._session,
+                root.as_posix(),
+                exclude=[p.as_posix() for p in self._persist_workspace_skip_relpaths()],
+                spool_memory=SPOOL_MEMORY,
+            )
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        """Unpack a tar made by :meth:`persist_workspace` under the workspace root."""
+        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked.
+
+        A tar is checked on the host first (``lizard_core.archives.check_archive``), so nothing
+        of a hostile one is extracted.
+        """
         root = self._workspace_root_path()
         with _spool() as spool:
-            for piece in _chunks(data):
+            for piece in iter_chunks(data):  # type: ignore[arg-type]
                 spool.write(piece)
             spool.seek(0)
-            try:
-                with tarfile.open(fileobj=spool, mode="r:*") as checked:
-                    _count_members(checked)
-                    # Symlinks out stay links (a virtualenv has them); no member goes under one,
-                    # and reads and writes resolve paths in the sandbox.
-                    validate_tarfile(checked)
-            except UnsafeTarMemberError as error:
-                context = {"reason": error.reason, "member": error.member}
-                raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
-            except (tarfile.TarError, ValueError, OSError) as error:
-                raise WorkspaceArchiveWriteError(path=root, cause=error) from error
+            snapshot_id = decode_reference(spool.read(512))
+            if snapshot_id is not None:
+                await self._restore_snapshot(snapshot_id)
+                return
             spool.seek(0)
-            archive = self._archive_path()
             try:
                 with workspace_errors(root, write=True):
-                    await self._files.awrite_chunks(archive, _chunks(spool))
-                unpack = 'mkdir -p -- "$2" && exec tar xf "$1" -C "$2"'
-                argv = ["sh", "-c", unpack, "sh", archive, root.as_posix()]
-                await self._checked(argv, WorkspaceArchiveWriteError, root)
-            finally:
-                await self._remove_quietly(archive)
+                    await aunpack_archive(
+                        self._session, root.as_posix(), spool, max_members=HYDRATE_MEMBERS
+                    )
+            except core.UnsafeArchiveError as error:
+                context = {"reason": error.reason, "member": error.member}
+                raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
 
-    async def _remove_quietly(self, path: str) -> None:
-        # A temporary file in /tmp: the sandbox's end removes it anyway.
-        with contextlib.suppress(core.LizardIntegrationError, OSError):
-            await self._files.aremove(path)
+    async def _clear_workspace_root_on_resume(self) -> None:
+        # A sandbox started from the saved snapshot already holds the workspace to restore.
+        if self._restored_from is None:
+            await super()._clear_workspace_root_on_resume()
+
+    async def _restore_snapshot(self, snapshot_id: str) -> None:
+        """Replace this session's sandbox by one started from ``snapshot_id``."""
+        if snapshot_id == self._restored_from:
+            return  # resume() already started this sandbox from it
+        root = self._workspace_root_path()
+        old = self._session
+        with workspace_errors(root, write=True):
+            await old.adestroy()  # first: a volume attaches to one sandbox at a time
+            new = Session(old.config, snapshot_id=snapshot_id, volume=self.state.volume)
+            try:
+                await new.asandbox()
+            except BaseException:
+                await new.adestroy()
+                raise
+        self._session, self._files = new, SandboxFiles(new)
+        self.state.sandbox_id, self._restored_from = new.sandbox_id or "", snapshot_id
 
     def __repr__(self) -> str:
         return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"

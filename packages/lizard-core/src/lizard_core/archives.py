@@ -1,0 +1,155 @@
+"""A sandbox directory as a tar moved through the host: pack it, check one, unpack it.
+
+For frameworks that persist a workspace as bytes they store themselves (the OpenAI Agents SDK's
+``persist_workspace`` / ``hydrate_workspace``). Contract (``tests/test_archives.py``, against
+lizard-local):
+
+- :func:`apack_directory` runs ``tar`` in the sandbox on the directory, members relative to it
+  (``./...``), leaving out ``exclude`` (relative paths, no wildcards), and streams the archive
+  to the host in :data:`~lizard_core.files.CHUNK_SIZE` pieces: the host holds at most a piece
+  plus ``spool_memory`` bytes (a temporary file past that). Two requests plus one per piece.
+- :func:`check_archive` reads the headers lazily and refuses, with
+  :class:`~lizard_core.errors.UnsafeArchiveError` (a ``ValueError``): absolute names, ``..``,
+  hard links, devices and FIFOs, any member under a symlink member, and more than
+  ``max_members`` members (the host keeps each header read, about 1 KiB). A symlink pointing
+  out stays a link (a virtualenv has them); what follows it is for the reader to resolve.
+- :func:`aunpack_archive` checks the archive on the host first, so nothing of a refused one is
+  extracted, then uploads it in pieces and unpacks it under the directory (created if missing).
+- ``tar`` failing in the sandbox is :class:`~lizard_core.errors.ArchiveCommandError`; the
+  sandbox's temporary archive (in ``/tmp``) is removed on every path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import posixpath
+import tarfile
+import tempfile
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import IO, Final
+
+from lizard_core.commands import arun_command
+from lizard_core.errors import ArchiveCommandError, LizardIntegrationError, UnsafeArchiveError
+from lizard_core.files import CHUNK_SIZE, SandboxFiles
+from lizard_core.session import Session
+
+__all__ = [
+    "MAX_MEMBERS",
+    "SPOOL_MEMORY",
+    "apack_directory",
+    "aunpack_archive",
+    "check_archive",
+    "iter_chunks",
+]
+
+SPOOL_MEMORY: Final = 8 * 1024 * 1024
+"""Bytes of an archive held in memory before it spills to a temporary file."""
+MAX_MEMBERS: Final = 500_000
+"""Most members :func:`check_archive` accepts by default."""
+
+
+def iter_chunks(stream: IO[bytes] | IO[str]) -> Iterator[bytes]:
+    """``stream`` read in :data:`~lizard_core.files.CHUNK_SIZE` pieces (text is UTF-8)."""
+    while piece := stream.read(CHUNK_SIZE):
+        yield piece.encode() if isinstance(piece, str) else bytes(piece)
+
+
+def check_archive(fileobj: IO[bytes], *, max_members: int = MAX_MEMBERS) -> None:
+    """Refuse an unsafe tar (see the module docstring); rewind ``fileobj`` when it passes."""
+    start = fileobj.tell()
+    links: list[str] = []
+    try:
+        with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
+            for count, member in enumerate(tar, start=1):
+                if count > max_members:
+                    raise UnsafeArchiveError("<tar>", "too many members")
+                _check_member(member, links)
+    except tarfile.TarError as error:
+        raise UnsafeArchiveError("<tar>", f"not a readable tar: {error}") from error
+    fileobj.seek(start)
+
+
+def _check_member(member: tarfile.TarInfo, links: list[str]) -> None:
+    name = member.name
+    if name.startswith("/") or posixpath.isabs(name):
+        raise UnsafeArchiveError(name, "absolute path")
+    parts = [part for part in name.split("/") if part not in ("", ".")]
+    if ".." in parts:
+        raise UnsafeArchiveError(name, "parent directory reference")
+    if member.islnk():
+        raise UnsafeArchiveError(name, "hard link")
+    if not (member.isreg() or member.isdir() or member.issym()):
+        raise UnsafeArchiveError(name, "device, FIFO or other special file")
+    path = "/".join(parts)
+    if any(path.startswith(link + "/") for link in links):
+        raise UnsafeArchiveError(name, "under a symlink")
+    if member.issym():
+        links.append(path)
+
+
+async def apack_directory(
+    session: Session,
+    directory: str,
+    *,
+    exclude: Iterable[str] = (),
+    spool_memory: int = SPOOL_MEMORY,
+) -> tempfile.SpooledTemporaryFile[bytes]:
+    """A tar of ``directory``, members relative to it, in a host file at position 0."""
+    archive = f"/tmp/lizard-archive-{uuid.uuid4().hex}.tar"
+    excludes = [f"--exclude=./{rel.strip('/')}" for rel in sorted(exclude)]
+    argv = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", directory, "."]
+    files = SandboxFiles(session)
+    spool = tempfile.SpooledTemporaryFile(max_size=spool_memory)  # noqa: SIM115  # returned
+    try:
+        await _checked(session, argv)
+        async for piece in files.aiter_bytes(archive):
+            spool.write(piece)
+    except BaseException:
+        spool.close()
+        raise
+    finally:
+        await _remove_quietly(files, archive)
+    spool.seek(0)
+    return spool
+
+
+async def aunpack_archive(
+    session: Session,
+    directory: str,
+    data: IO[bytes] | IO[str],
+    *,
+    max_members: int = MAX_MEMBERS,
+    spool_memory: int = SPOOL_MEMORY,
+) -> None:
+    """Check the tar in ``data`` on the host, then unpack it under ``directory``."""
+    with tempfile.SpooledTemporaryFile(max_size=spool_memory) as spool:
+        for piece in iter_chunks(data):
+            spool.write(piece)
+        spool.seek(0)
+        check_archive(spool, max_members=max_members)
+        archive = f"/tmp/lizard-archive-{uuid.uuid4().hex}.tar"
+        files = SandboxFiles(session)
+        try:
+            await files.awrite_chunks(archive, iter_chunks(spool))
+            unpack = 'mkdir -p -- "$2" && exec tar xf "$1" -C "$2"'
+            await _checked(session, ["sh", "-c", unpack, "sh", archive, directory])
+        finally:
+            await _remove_quietly(files, archive)
+
+
+async def _checked(session: Session, argv: list[str]) -> None:
+    done = await arun_command(session, argv)
+    if done.exit_code != 0:
+        detail = done.stderr.decode("utf-8", errors="replace").strip()[-500:]
+        raise ArchiveCommandError(
+            f"{argv[0]} exited with {done.exit_code}: {detail}",
+            exit_code=done.exit_code,
+            stderr=done.stderr,
+        )
+
+
+async def _remove_quietly(files: SandboxFiles, path: str) -> None:
+    # A temporary file in /tmp: the sandbox's end removes it anyway.
+    with contextlib.suppress(LizardIntegrationError, OSError):
+        await files.aremove(path)
