@@ -69,7 +69,8 @@ def test_ten_samples_start_from_the_tasks_setup_which_runs_once(
         display="none",
     )
     assert log.status == "success", log.error
-    assert log.samples is not None and len(log.samples) == 10
+    assert log.samples is not None
+    assert len(log.samples) == 10
     for sample in log.samples:
         assert sample.scores is not None
         # The prepared file, and only its own new file in its working directory.
@@ -128,5 +129,5 @@ def test_a_given_snapshot_starts_every_sample_and_is_never_deleted(
     "fields", [{"snapshot": "../x"}, {"snapshot": 3}, {"setup": ""}, {"setup": ()}]
 )
 def test_a_bad_snapshot_or_setup_is_refused_when_the_config_is_built(fields: object) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"snapshot|setup"):
         LizardSandboxConfig(**fields)  # type: ignore[arg-type]

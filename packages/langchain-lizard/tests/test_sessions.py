@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from deepagents import create_deep_agent
 from langchain_core.messages import AIMessage
-from scripted_agent import ScriptedModel, call, tool_results
+from scripted_agent import ScriptedModel, call
 
 from langchain_lizard import LizardSandbox
 from lizard_core.config import SandboxConfig
@@ -63,7 +63,8 @@ def test_a_sandbox_kept_by_one_run_is_attached_by_the_next_process(
 
             steps = [call("execute", "x", command="cat /workspace/plan.md"), AIMessage("ok")]
             with LizardSandbox(sandbox_id={kept!r}) as backend:  # attached: left as it is
-                agent = create_deep_agent(model=ScriptedModel(messages=iter(steps)), backend=backend)
+                model = ScriptedModel(messages=iter(steps))
+                agent = create_deep_agent(model=model, backend=backend)
                 state = agent.invoke({{"messages": [{{"role": "user", "content": "Go on."}}]}})
             print(json.dumps(tool_results(state["messages"])["x"]))
             """

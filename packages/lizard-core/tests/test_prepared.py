@@ -1,4 +1,4 @@
-"""A prepared environment (``lizard_core.prepared``) through the real lizard-sdk into lizard-local."""
+"""A prepared environment (``lizard_core.prepared``) through the real SDK into lizard-local."""
 
 from __future__ import annotations
 

@@ -48,10 +48,9 @@ import errno
 import logging
 import os
 import posixpath
+import threading
 from collections.abc import AsyncGenerator, Iterable
 from typing import Any, Final, Literal, cast, overload
-
-import threading
 
 import anyio
 from inspect_ai.util import (
@@ -341,8 +340,10 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         config: SandboxEnvironmentConfigType | None,
         metadata: dict[str, str],
     ) -> dict[str, SandboxEnvironment]:
-        """Create the sample's sandbox (from the task's snapshot, if any); a cancelled or failed
-        create leaves none behind."""
+        """Create the sample's sandbox, from the task's snapshot if any.
+
+        A cancelled or failed create leaves none behind.
+        """
         lizard = _lizard_config(config)
         snapshot_id = await _snapshot_for(lizard)
         environment = cls(lizard, task_name=task_name, snapshot_id=snapshot_id)

@@ -13,7 +13,8 @@ lizard-local in ``tests/``, LangChain's standard sandbox suite included):
   end) and the next operation, or :meth:`resume`, boots it again; ``close(keep=True)`` pauses and
   leaves it for a later run, which attaches by ``sandbox_id=`` (a paused sandbox is resumed, its
   lifetime renewed). ``snapshot_id=`` creates the sandbox from a snapshot's files; ``volume=``
-  mounts a named volume (made if absent) at ``/workspace``; ``idle_pause_s=`` pauses it when idle. A gone sandbox is ``SandboxUnavailableError``, never replaced.
+  mounts a named volume (made if absent) at ``/workspace``; ``idle_pause_s=`` pauses it when
+  idle. A gone sandbox is ``SandboxUnavailableError``, never replaced.
 - **Commands**, one request each, run under ``/bin/sh`` with stderr joined to stdout, so the
   output keeps the order it was written in; a non-zero exit is a result. A timeout (default
   30 minutes) returns the partial output with exit code 124; passing ``output_limit`` stops the

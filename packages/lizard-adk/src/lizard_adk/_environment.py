@@ -7,7 +7,8 @@ ADK's own ``LocalEnvironment`` tests):
   ``snapshot_id`` if given) or attaches to ``sandbox_id`` (resuming a paused one); ``close()``
   destroys one it created, leaves an attached one as it is, and ``initialize()`` afterwards
   starts over; both are idempotent. ``close(keep=True)`` (or ``keep=True`` when built, for the
-  ``close()`` ADK's ``Runner`` makes through ``EnvironmentToolset``) pauses the sandbox and leaves it for a
+  ``close()`` ADK's ``Runner`` makes through ``EnvironmentToolset``) pauses the sandbox and
+  leaves it for a
   later run to attach to by :attr:`~LizardEnvironment.sandbox_id`: its files stay, its
   processes end, and only its disk bills. Use before ``initialize()`` or
   after ``close()`` is a ``RuntimeError``. A sandbox that expired or was killed raises
@@ -107,8 +108,10 @@ class LizardEnvironment(BaseEnvironment):
 
     @property
     def sandbox_id(self) -> str | None:
-        """The sandbox's id once ``initialize()`` created or attached it (still there after a
-        ``close(keep=True)``, to save for the next run), else None."""
+        """The sandbox's id once ``initialize()`` created or attached it, else None.
+
+        Still set after ``close(keep=True)``: save it for the next run.
+        """
         return self._kept_id if self._session is None else self._session.sandbox_id
 
     @property

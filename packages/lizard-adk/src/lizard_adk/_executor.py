@@ -5,7 +5,8 @@ Contract (proven against lizard-local in ``tests/test_executor.py``, with ADK ``
 - **Sandbox.** One per executor, created by the first block (from ``snapshot_id`` if given, also
   when it replaces an expired one) or attached to with ``sandbox_id`` (a paused one is resumed);
   ``close()`` destroys one it created, ``close(keep=True)`` pauses it for a later run to attach
-  to (its files stay; the first stateful block there says its variables were lost). Building it makes no request. Every ADK session of the
+  to (its files stay; the first stateful block there says its variables were lost). Building
+  it makes no request. Every ADK session of the
   agent shares the sandbox (each with its own namespace): give users their own executor when
   their files must not meet. Keep-alive (on by default) extends it while blocks run; once it
   has expired anyway (idle past ``lifetime_ms``) or was destroyed, the next block creates a new

@@ -6,7 +6,8 @@ rows). An adapter that starts many sandboxes of one environment (an eval's sampl
 workers) runs :func:`prepare_snapshot` once and starts each from its id
 (``Session(config, snapshot_id=...)``). Contract (``tests/test_prepared.py``):
 
-- The setup runs in a new sandbox made from ``config`` (or from ``snapshot_id``): a str under ``/bin/sh -c``, a sequence
+- The setup runs in a new sandbox made from ``config`` (or from ``snapshot_id``): a str under
+  ``/bin/sh -c``, a sequence
   as an argv, bounded by ``timeout``. A non-zero exit is :class:`SetupFailedError` with the
   head and tail of its output; no snapshot is taken.
 - The snapshot is tagged like the sandbox (:mod:`lizard_core.snapshots`), so a cleanup finds
@@ -52,7 +53,8 @@ def prepare_snapshot(
 ) -> SnapshotRecord:
     """Run ``setup`` in a new sandbox, snapshot its files, destroy it (blocking).
 
-    ``snapshot_id`` starts the setup's sandbox from an earlier snapshot. Returns the ready snapshot; raises :class:`SetupFailedError` when the setup exits non-zero,
+    ``snapshot_id`` starts the setup's sandbox from an earlier snapshot. Returns the ready
+    snapshot; raises :class:`SetupFailedError` when the setup exits non-zero,
     and the session's errors otherwise. See the module docstring.
     """
     if not isinstance(config, SandboxConfig):
@@ -75,7 +77,7 @@ async def aprepare_snapshot(
     setup: str | Sequence[str],
     name: str = "prepared",
     *,
-    timeout: float = DEFAULT_SETUP_TIMEOUT_S,
+    timeout: float = DEFAULT_SETUP_TIMEOUT_S,  # noqa: ASYNC109  (the setup's own, in the guest)
     snapshot_id: str | None = None,
 ) -> SnapshotRecord:
     """Async :func:`prepare_snapshot`; a cancellation waits for the step in progress."""
