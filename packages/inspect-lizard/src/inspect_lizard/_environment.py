@@ -8,8 +8,9 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
   or the cleanup itself is cancelled. Every sandbox is recorded in Inspect's lifecycle state of
   the run (``sandbox_lifecycle_state()``), and ``task_cleanup`` (Inspect calls it with
   ``"shutdown"`` at the end of the run) destroys what a failed sample cleanup left, or, with
-  ``--no-sandbox-cleanup``, logs the ids it keeps. ``inspect sandbox cleanup lizard`` destroys
-  what this machine's crashed runs left (the ``integration``, ``integration_machine`` tags);
+  ``--no-sandbox-cleanup``, pauses the sandboxes it keeps (their files stay, only their disk
+  bills) and logs each id with the shell command that resumes it. ``inspect sandbox cleanup
+  lizard`` destroys what this machine's crashed runs left (the ``integration``, ``integration_machine`` tags);
   ``... lizard all`` what any machine left in the project; ``... lizard ID`` one sandbox.
 - **Prepared environment** (:attr:`LizardSandboxConfig.setup`). ``task_init`` runs the setup
   once in a sandbox of its own and snapshots its files; every sample's sandbox starts from that
@@ -312,6 +313,25 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         if self._registry is not None:
             self._registry.environments.discard(self)
 
+    async def _keep_paused(self) -> None:
+        """Pause the sandbox and leave it (``--no-sandbox-cleanup``): only its disk bills."""
+        state = "paused"
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._session.apause()
+            except core.LizardIntegrationError as error:
+                state = f"running (the pause failed: {error})"
+            await self._session.aclose()
+        sandbox_id = self.sandbox_id
+        _log.warning(
+            "Kept Lizard sandbox %s %s (--no-sandbox-cleanup): reach it with `%s` (which resumes "
+            "it), destroy it with `inspect sandbox cleanup lizard %s`",
+            sandbox_id,
+            state,
+            command_for(str(sandbox_id), cwd=self.config.working_dir),
+            sandbox_id,
+        )
+
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
         """A :class:`LizardSandboxConfig` from its serialized form (0.1.0's fields included)."""
@@ -391,12 +411,7 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         if not cleanup:
             for environment in left:
                 if environment.sandbox_id is not None:
-                    _log.warning(
-                        "Kept Lizard sandbox %s running (--no-sandbox-cleanup); destroy it with "
-                        "`inspect sandbox cleanup lizard %s`",
-                        environment.sandbox_id,
-                        environment.sandbox_id,
-                    )
+                    await environment._keep_paused()
                 registry.environments.discard(environment)
             return
         with contextlib.suppress(ExceptionGroup):  # each failure is logged; the rest go on
