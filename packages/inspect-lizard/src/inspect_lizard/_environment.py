@@ -10,8 +10,9 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
   ``"shutdown"`` at the end of the run) destroys what a failed sample cleanup left, or, with
   ``--no-sandbox-cleanup``, pauses the sandboxes it keeps (their files stay, only their disk
   bills) and logs each id with the shell command that resumes it. ``inspect sandbox cleanup
-  lizard`` destroys what this machine's crashed runs left (the ``integration``, ``integration_machine`` tags);
-  ``... lizard all`` what any machine left in the project; ``... lizard ID`` one sandbox.
+  lizard`` destroys what this machine's crashed runs left (the ``integration``,
+  ``integration_machine`` tags); ``... lizard all`` what any machine left in the project;
+  ``... lizard ID`` one sandbox.
 - **Prepared environment** (:attr:`LizardSandboxConfig.setup`). ``task_init`` runs the setup
   once in a sandbox of its own and snapshots its files; every sample's sandbox starts from that
   snapshot (a restore, not a create plus the setup), as from
