@@ -454,6 +454,8 @@ class LizardSandboxEnvironment(SandboxEnvironment):
 
 async def _snapshot_for(config: LizardSandboxConfig) -> str | None:
     registry = _started()
+    if config.setup is None or config in registry.prepared:  # no thread needed
+        return registry.prepared.get(config, config.snapshot)
     with inspect_errors():
         return await anyio.to_thread.run_sync(registry.snapshot_for, config)
 
