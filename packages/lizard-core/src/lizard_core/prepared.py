@@ -4,7 +4,7 @@ Restoring a snapshot boots a sandbox with its files in about half a second, wher
 and running the setup again pays for the setup every time (``nox -s bench``: the lifecycle
 rows). An adapter that starts many sandboxes of one environment (an eval's samples, a pool of
 workers) runs :func:`prepare_snapshot` once and starts each from its id
-(``Session(config, snapshot_id=...)``). Contract (``tests/test_prepared.py``):
+(``Session(config, snapshot_id=...)``). Contract (``tests/test_prepare_snapshot.py``):
 
 - The setup runs in a new sandbox made from ``config`` (or from ``snapshot_id``): a str under
   ``/bin/sh -c``, a sequence
