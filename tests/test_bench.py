@@ -93,10 +93,24 @@ def test_repetitions_depend_on_the_kind_of_operation() -> None:
     assert catalogue.repetitions(catalogue.operation("probe_pooled"), 5) == 20
 
 
+def test_strands_operations_run_on_our_side_only() -> None:
+    # strands-lizard has no 0.1.x to compare with; its rows show ours alone.
+    for name in ("strands_execute", "strands_first_chunk"):
+        op = catalogue.operation(name)
+        assert op.kind in catalogue.OURS_ONLY
+        assert name in catalogue.REQUEST_TARGETS
+
+
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 33
+    assert len(catalogue.OPERATIONS) == 42
+    for op in catalogue.OPERATIONS + catalogue.PROBES:
+        assert hasattr(driver.Workload, f"_op_{op.name}"), op.name
+    # No 0.1.x release has the OpenAI Agents adapter: its rows are measured on our side only.
+    openai = {op.kind for op in catalogue.OPERATIONS if op.name.startswith("openai_")}
+    assert openai == {"openai"}
+    assert "openai" in catalogue.OURS_ONLY
     for target in catalogue.SPEED_TARGETS:
         assert catalogue.operation(target.operation).kind != "probe"
     assert catalogue.operation("bare_exec") is catalogue.LIMIT

@@ -51,6 +51,8 @@ REQUIRES = {
     "smolagents-lizard": ["lizard-core=={version}", "smolagents>=1.26,<1.27"],
     "inspect-lizard": ["lizard-core=={version}", "inspect-ai>=0.3.280,<0.4"],
     "lizard-adk": ["lizard-core=={version}", "google-adk>=2.12,<3"],
+    "strands-lizard": ["lizard-core=={version}", "strands-agents>=1.44,<2"],
+    "openai-agents-lizard": ["lizard-core=={version}", "openai-agents>=0.19,<0.25"],
 }
 
 
@@ -214,6 +216,10 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "google-adk",
         "langchain-lizard",
         "deepagents",
+        "strands-lizard",
+        "strands-agents",
+        "openai-agents-lizard",
+        "openai-agents",
     }
     assert set(forbidden_alone("lizard-core", built)) == {
         "lizard-local",
@@ -227,6 +233,10 @@ def test_what_an_adapter_alone_must_not_bring(tmp_path: Path) -> None:
         "google-adk",
         "langchain-lizard",
         "deepagents",
+        "strands-lizard",
+        "strands-agents",
+        "openai-agents-lizard",
+        "openai-agents",
     }
 
 

@@ -10,7 +10,9 @@ the 0.1.0 packages and against this repository's: workspace operations through
 ``inspect_lizard.LizardSandboxEnvironment`` that ``sample_init`` gives a sample, ADK operations
 through the four tools of ``lizard_adk.LizardPlugin`` (0.1.1 on the reference side, the only
 interface both versions have), Deep Agents operations through ``langchain_lizard.LizardSandbox``
-wrapping a ``lizard.Sandbox`` (0.1.0's constructor). Probes are raw HTTP requests (no adapter)
+wrapping a ``lizard.Sandbox`` (0.1.0's constructor), OpenAI Agents operations through the
+``SandboxSession`` that ``openai_agents_lizard.LizardSandboxClient`` creates (ours only: no 0.1.x
+release has it). Probes are raw HTTP requests (no adapter)
 that price a new connection against a reused one; they run in this repository's environment
 only, as does the limit: lizard-sdk's own exec of ``true`` over one kept-alive connection, the
 least any operation that runs something in the sandbox can cost.
@@ -44,9 +46,18 @@ __all__ = [
 ]
 
 Kind = Literal[
-    "workspace", "executor", "inspect", "adk", "deepagents", "probe", "limit", "lifecycle"
+    "workspace",
+    "executor",
+    "inspect",
+    "adk",
+    "deepagents",
+    "strands",
+    "openai",
+    "probe",
+    "limit",
+    "lifecycle",
 ]
-OURS_ONLY: Final = ("probe", "limit", "lifecycle")
+OURS_ONLY: Final = ("probe", "limit", "lifecycle", "strands", "openai")
 """Kinds measured on this repository's side only: no adapter needed, or none in 0.1.x."""
 
 
@@ -128,6 +139,26 @@ OPERATIONS: Final = (
     ),
     Operation("pause_resume", "pause + resume + first command", "lifecycle"),
     Operation("fork_warm", "fork of a warm executor + first cell in the copy", "lifecycle", True),
+    Operation("strands_execute", "Strands `execute('true')`", "strands"),
+    Operation(
+        "strands_first_chunk",
+        "Strands `execute_streaming`: first chunk of a line every 200 ms for 2 s",
+        "strands",
+    ),
+    Operation("openai_exec", "OpenAI Agents `session.exec('true')`", "openai"),
+    Operation("openai_write_1k", "OpenAI Agents `session.write`, 1 KiB", "openai"),
+    Operation("openai_read_1k", "OpenAI Agents `session.read`, 1 KiB", "openai"),
+    Operation("openai_write_8m", "OpenAI Agents `session.write`, 8 MiB", "openai"),
+    Operation("openai_read_8m", "OpenAI Agents `session.read`, 8 MiB", "openai"),
+    Operation(
+        "openai_resume", "OpenAI Agents `client.resume` of a live sandbox, then `start()`", "openai"
+    ),
+    Operation(
+        "openai_create",
+        "OpenAI Agents `client.create`, then `start()` (new sandbox)",
+        "openai",
+        True,
+    ),
 )
 
 PROBES: Final = (
@@ -224,6 +255,8 @@ REQUEST_TARGETS: Final = (
     "inspect_exec",
     "inspect_write_1k",
     "inspect_read_1k",
+    "strands_execute",
+    "strands_first_chunk",
 )
 """Operations that must cost this repository's packages at most one request."""
 

@@ -40,6 +40,8 @@ PACKAGES = (
     "inspect-lizard",
     "lizard-adk",
     "langchain-lizard",
+    "strands-lizard",
+    "openai-agents-lizard",
     "lizard-core",
     "lizard-sdk",
     "pydantic-ai-slim",
@@ -47,6 +49,8 @@ PACKAGES = (
     "inspect-ai",
     "google-adk",
     "deepagents",
+    "strands-agents",
+    "openai-agents",
     "httpx",
 )
 

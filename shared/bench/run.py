@@ -320,7 +320,7 @@ class Bench:
         return driver
 
     def sides_for(self, op: Operation) -> list[str]:
-        """Probes, the limit and the lifecycle rows (0.1.x has none) run on our side only."""
+        """Probes, the limit, lifecycle rows and adapters new since 0.1.x run on our side only."""
         return [OURS] if op.kind in OURS_ONLY else list(self.sides)
 
     def repetition(self, op: Operation, side: str) -> Sample:

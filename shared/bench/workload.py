@@ -18,6 +18,7 @@ Connection settings come from ``LIZARD_API_URL``, ``LIZARD_API_KEY``, ``LIZARD_P
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import re
 import ssl
@@ -93,9 +94,11 @@ class Workload(LifecycleOps):
         self._inspect: Any = None  # the environments sample_init gave
         self._probe_client: Any = None
         self._deepagents: Any = None  # (lizard.Sandbox, langchain_lizard.LizardSandbox)
+        self._strands: Any = None  # strands_lizard.LizardSandbox
         self._probe_ssl: ssl.SSLContext | None = None
         self._bare: Any = None  # (lizard.Sandbox on the warm backend's sandbox, httpx.Client)
         self._plugin: Any = None
+        self._openai: Any = None  # (LizardSandboxClient, its started SandboxSession)
         # What ADK's ToolContext gives a tool: the invocation's id (one warm invocation here).
         self._adk_context = SimpleNamespace(invocation_id="bench")
 
@@ -198,12 +201,24 @@ class Workload(LifecycleOps):
             except Exception as exc:  # keep closing the rest
                 errors.append(f"executor cleanup: {exc!r}")
             self._executor = None
+        if self._openai is not None:
+            try:
+                self.loop.run_until_complete(self._openai[0].delete(self._openai[1]))
+            except Exception as exc:  # keep closing the rest
+                errors.append(f"OpenAI Agents session delete: {exc!r}")
+            self._openai = None
         if self._deepagents is not None:
             try:
                 self._deepagents[0].kill()
             except Exception as exc:
                 errors.append(f"Deep Agents sandbox kill: {exc!r}")
             self._deepagents = None
+        if self._strands is not None:
+            try:
+                self.loop.run_until_complete(self._strands.aclose())
+            except Exception as exc:
+                errors.append(f"Strands sandbox close: {exc!r}")
+            self._strands = None
         if self._backend is not None:
             try:
                 self.loop.run_until_complete(self._backend.destroy())
@@ -502,6 +517,152 @@ class Workload(LifecycleOps):
             _expect([r.content for r in result] == [SMALL], "the bytes read back differ")  # type: ignore[attr-defined]
 
         return Prepared(act=lambda: backend.download_files(["/tmp/da-down.bin"]), check=check)
+
+    # ── Strands (ours only: strands-lizard has no 0.1.x) ───────────────────
+
+    def _strands_sandbox(self) -> Any:
+        if self._strands is None:
+            from strands_lizard import LizardSandbox
+
+            sandbox = LizardSandbox(lifetime_ms=LIFETIME_MS)
+            result = self.loop.run_until_complete(sandbox.execute("true"))
+            _expect(result.exit_code == 0, "the Strands sandbox failed")
+            self._strands = sandbox
+        return self._strands
+
+    def _op_strands_execute(self) -> Prepared:
+        sandbox = self._strands_sandbox()
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "exit_code", None) == 0, f"`true` failed: {result!r}")
+
+        return Prepared(
+            act=lambda: self.loop.run_until_complete(sandbox.execute("true")), check=check
+        )
+
+    def _op_strands_first_chunk(self) -> Prepared:
+        """Timed: from the call to the first chunk; the rest is read and checked untimed."""
+        sandbox = self._strands_sandbox()
+        stream = sandbox.execute_streaming(
+            "for i in 1 2 3 4 5 6 7 8 9 10; do echo tick $i; sleep 0.2; done"
+        )
+
+        async def rest() -> list[Any]:
+            return [item async for item in stream]
+
+        def check(first: object) -> None:
+            items = [first, *self.loop.run_until_complete(rest())]
+            text = "".join(getattr(item, "data", "") for item in items[:-1])
+            _expect(getattr(first, "data", "").startswith("tick 1"), f"first chunk: {first!r}")
+            _expect(text == "".join(f"tick {i}\n" for i in range(1, 11)), "output differs")
+            _expect(getattr(items[-1], "exit_code", None) == 0, f"result: {items[-1]!r}")
+
+        def finish() -> None:
+            self.loop.run_until_complete(stream.aclose())
+
+        return Prepared(
+            act=lambda: self.loop.run_until_complete(anext(stream)), check=check, finish=finish
+        )
+
+    # ── OpenAI Agents: the SandboxSession LizardSandboxClient creates (ours only) ──
+
+    def _openai_session(self) -> tuple[Any, Any]:
+        if self._openai is None:
+            from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
+
+            client = LizardSandboxClient()
+            options = LizardSandboxClientOptions(lifetime_ms=LIFETIME_MS)
+            session = self.loop.run_until_complete(client.create(options=options))
+            self._openai = (client, session)
+            self.loop.run_until_complete(session.start())
+            self.loop.run_until_complete(session.write("small.bin", io.BytesIO(SMALL)))
+            self.loop.run_until_complete(session.write("big.bin", io.BytesIO(BIG)))
+        return self._openai  # type: ignore[no-any-return]
+
+    def _op_openai_exec(self) -> Prepared:
+        _, session = self._openai_session()
+
+        def check(result: Any) -> None:
+            _expect(result.exit_code == 0, f"`true` failed: {result!r}")
+
+        return Prepared(act=self._sync(lambda: session.exec("true", shell=False)), check=check)
+
+    def _openai_write(self, data: bytes) -> Prepared:
+        _, session = self._openai_session()
+        name = f"written-{len(data)}.bin"
+
+        async def act() -> object:
+            await session.write(name, io.BytesIO(data))
+            return None
+
+        def finish() -> None:  # read back here, where its requests are not counted
+            back = self.loop.run_until_complete(session.read(name))
+            _expect(back.read() == data, "the bytes written differ")
+
+        return Prepared(act=self._sync(act), finish=finish)
+
+    def _openai_read(self, name: str, data: bytes) -> Prepared:
+        _, session = self._openai_session()
+
+        async def act() -> object:
+            return (await session.read(name)).read()
+
+        def check(result: object) -> None:
+            _expect(result == data, "the bytes read back differ")
+
+        return Prepared(act=self._sync(act), check=check)
+
+    def _op_openai_write_1k(self) -> Prepared:
+        return self._openai_write(SMALL)
+
+    def _op_openai_read_1k(self) -> Prepared:
+        return self._openai_read("small.bin", SMALL)
+
+    def _op_openai_write_8m(self) -> Prepared:
+        return self._openai_write(BIG)
+
+    def _op_openai_read_8m(self) -> Prepared:
+        return self._openai_read("big.bin", BIG)
+
+    def _op_openai_resume(self) -> Prepared:
+        client, session = self._openai_session()
+        payload = client.serialize_session_state(session.state)
+        resumed: list[Any] = []
+
+        async def act() -> object:
+            resumed.append(await client.resume(client.deserialize_session_state(payload)))
+            await resumed[0].start()
+            return await resumed[0].exec("cat", "small.bin", shell=False)
+
+        def check(result: Any) -> None:
+            _expect(result.stdout == SMALL, "the resumed session lost the warm sandbox's files")
+
+        def finish() -> None:
+            if resumed:  # the warm sandbox stays: only the resumed handle's connection closes
+                self.loop.run_until_complete(resumed[0]._inner._session.aclose())
+
+        return Prepared(act=self._sync(act), check=check, finish=finish)
+
+    def _op_openai_create(self) -> Prepared:
+        from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
+
+        client = LizardSandboxClient()
+        made: list[Any] = []
+
+        async def act() -> object:
+            options = LizardSandboxClientOptions(lifetime_ms=COLD_LIFETIME_MS)
+            made.append(await client.create(options=options))
+            await made[0].start()
+            return await made[0].exec("true", shell=False)
+
+        def check(result: Any) -> None:
+            _expect(result.exit_code == 0, f"`true` failed: {result!r}")
+
+        def finish() -> None:
+            if made:
+                self.loop.run_until_complete(client.delete(made[0]))
+
+        return Prepared(act=self._sync(act), check=check, finish=finish)
 
     # ── probes: what a reused connection would save (raw HTTP, no adapter) ──
 

@@ -302,6 +302,49 @@ def use_langchain_lizard() -> str:
     return "LizardSandbox ran python3 (42), wrote and downloaded a file, destroyed its sandbox"
 
 
+def use_strands_lizard() -> str:
+    """Stream one command and round-trip a file through the Strands sandbox, then destroy it."""
+    (sandbox_class,) = public_served("strands_lizard", "LizardSandbox")
+    from strands.sandbox import ExecutionResult
+
+    async def use() -> tuple[Any, bytes]:
+        async with sandbox_class(template="base") as sandbox:
+            items = [item async for item in sandbox.execute_streaming(shlex.join(COMMAND))]
+            await sandbox.write_file("/tmp/smoke/hello.txt", b"hello")
+            return items[-1], await sandbox.read_file("/tmp/smoke/hello.txt")
+
+    result, content = asyncio.run(use())
+    expect(isinstance(result, ExecutionResult), f"strands-lizard: the stream ended with {result!r}")
+    expect_answer("strands-lizard", result.exit_code, result.stdout)
+    expect(content == b"hello", f"strands-lizard: read back {content!r}")
+    return "LizardSandbox streamed python3 (42), wrote and read a file, destroyed its sandbox"
+
+
+def use_openai_agents_lizard() -> str:
+    """Create a session the way the SDK's runner does, run one command, delete the sandbox."""
+    client_class, options_class = public_served(
+        "openai_agents_lizard", "LizardSandboxClient", "LizardSandboxClientOptions"
+    )
+    client = client_class()
+
+    async def open_session() -> Any:
+        session = await client.create(options=options_class(template="base", lifetime_ms=60_000))
+        try:
+            await session.start()
+        except BaseException:
+            await client.delete(session)
+            raise
+        return session
+
+    result = run_and_clean_up(
+        open_session,
+        lambda session: session.exec(*COMMAND, shell=False),
+        client.delete,
+    )
+    expect_answer("openai-agents-lizard", result.exit_code, result.stdout.decode())
+    return "LizardSandboxClient's session ran python3 (42) and deleted its sandbox"
+
+
 USES: dict[str, Callable[[], str]] = {
     "langchain-lizard": use_langchain_lizard,
     "lizard-core": use_lizard_core,
@@ -310,6 +353,8 @@ USES: dict[str, Callable[[], str]] = {
     "pydantic-ai-lizard": use_pydantic_ai_lizard,
     "inspect-lizard": use_inspect_lizard,
     "lizard-adk": use_lizard_adk,
+    "strands-lizard": use_strands_lizard,
+    "openai-agents-lizard": use_openai_agents_lizard,
 }
 
 

@@ -62,3 +62,15 @@ def test_paths_must_be_absolute_strings_without_nul() -> None:
 def test_package_version_of_an_installed_and_a_missing_distribution() -> None:
     assert package_version("lizard-core") != "0+unknown"
     assert package_version("no-such-distribution-here") == "0+unknown"
+
+
+def test_counts_must_be_positive_ints() -> None:
+    from lizard_core.checks import check_positive_int
+
+    assert check_positive_int(3, name="limit") == 3
+    for bad in (True, 1.5, "3", None):
+        with pytest.raises(TypeError, match="limit must be an int"):
+            check_positive_int(bad, name="limit")
+    for bad in (0, -1):
+        with pytest.raises(ValueError, match="limit must be positive"):
+            check_positive_int(bad, name="limit")

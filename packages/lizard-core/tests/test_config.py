@@ -557,3 +557,13 @@ def test_sandbox_options_are_the_settings_from_env_takes() -> None:
     assert set(BasicSandboxOptions.__annotations__) < settings
     options: SandboxOptions = {"api_key": "k", "api_url": "http://127.0.0.1:9", "region": "eu"}
     assert SandboxConfig.from_env(**options, environ={}).region == "eu"
+
+
+def test_creation_options_are_refused_by_name_when_attaching() -> None:
+    from lizard_core.config import CREATION_OPTIONS, SandboxOptions, refuse_creation_options
+
+    refuse_creation_options({"api_key": "k", "project_id": "p"})  # connection settings pass
+    with pytest.raises(ValueError, match="allowed_hosts, internet_access apply only"):
+        refuse_creation_options({"internet_access": False, "allowed_hosts": ["a.example"]})
+    shaping = set(SandboxOptions.__annotations__) - {"api_key", "api_url", "project_id"}
+    assert set(CREATION_OPTIONS) == shaping

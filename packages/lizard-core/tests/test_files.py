@@ -356,6 +356,14 @@ def test_path_errors_are_the_builtin_exceptions(files: SandboxFiles, scratch: st
         files.make_dir(file)
 
 
+def test_a_failed_write_names_the_path_not_its_temporary_file(files: SandboxFiles) -> None:
+    # /proc takes no new files: creating the write's temporary sibling there fails.
+    with pytest.raises(OSError, match="lizard-cannot-create") as caught:
+        files.write_bytes("/proc/lizard-cannot-create", b"x")
+    assert caught.value.filename == "/proc/lizard-cannot-create"
+    assert ".tmp" not in str(caught.value)
+
+
 def test_special_files_fail_fast(files: SandboxFiles, scratch: str) -> None:
     fifo = f"{scratch}/fifo"
     files.make_dir(scratch)
@@ -512,6 +520,22 @@ def test_remove_deletes_files_trees_and_links_themselves(
     assert files.list_dir(scratch) == []
 
 
+def test_remove_without_recursion_removes_files_and_refuses_directories(
+    files: SandboxFiles, scratch: str, api_requests: Any
+) -> None:
+    files.write_bytes(f"{scratch}/dir/file", b"x")
+    api_requests.reset()
+    files.remove(f"{scratch}/dir/file", recursive=False)
+    assert api_requests.counts() == {EXEC: 1}
+    with pytest.raises(IsADirectoryError):
+        files.remove(f"{scratch}/dir", recursive=False)
+    with pytest.raises(FileNotFoundError):
+        files.remove(f"{scratch}/dir/file", recursive=False)
+    with pytest.raises(TypeError):
+        files.remove(f"{scratch}/dir", recursive=1)  # type: ignore[arg-type]
+    assert files.list_dir(scratch)[0].name == "dir"
+
+
 def test_remove_refuses_root_and_the_protected_directory_after_resolving_links(
     module_session: Any, scratch: str
 ) -> None:
@@ -559,6 +583,17 @@ async def test_the_async_methods(files: SandboxFiles, scratch: str) -> None:
     pieces = [piece async for piece in files.aiter_bytes(path)]
     assert [len(p) for p in pieces] == [CHUNK_SIZE, 10]
     assert b"".join(pieces) == big
+    # A blocking source is read piece by piece in the worker thread, never whole.
+    pieces_read: list[int] = []
+
+    def source() -> Any:
+        for size in (CHUNK_SIZE - 1, 3, 5):
+            pieces_read.append(size)
+            yield big[sum(pieces_read[:-1]) : sum(pieces_read)]
+
+    await files.awrite_chunks(f"{scratch}/async/chunks", source())
+    assert pieces_read == [CHUNK_SIZE - 1, 3, 5]
+    assert await files.aread_bytes(f"{scratch}/async/chunks") == big[: CHUNK_SIZE + 7]
     await files.aremove(f"{scratch}/async")
     assert not await files.aexists(f"{scratch}/async")
 

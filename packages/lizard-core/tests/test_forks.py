@@ -88,3 +88,65 @@ def test_bad_counts_raise_before_any_request(
     with pytest.raises(error):
         fork_sessions(Session(sandbox_config), count)  # type: ignore[arg-type]
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_an_interrupt_while_the_copies_are_taken_in_leaves_none_running(
+    sandbox_config: SandboxConfig,
+    lizard_local: LocalServer,
+    no_new_sandboxes: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    adopt = Session.adopt_copy
+    calls: list[int] = []
+
+    def adopt_then_interrupt(self: Session, sandbox: object, notice: str) -> Session:
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C after the platform made all three copies
+        return adopt(self, sandbox, notice)
+
+    monkeypatch.setattr(Session, "adopt_copy", adopt_then_interrupt)
+    with Session(sandbox_config) as source:
+        with pytest.raises(KeyboardInterrupt):
+            fork_sessions(source, 3)
+        assert set(lizard_local.sandboxes()) >= {source.sandbox_id}
+
+
+def test_an_interrupt_during_the_fork_request_leaves_no_copy_running(
+    sandbox_config: SandboxConfig,
+    lizard_local: LocalServer,
+    no_new_sandboxes: None,
+    restore_latency: None,
+) -> None:
+    # Ctrl-C while the fork's answer is awaited: the platform makes the copies all the same,
+    # and only that answer names them.
+    import _thread
+    import threading
+
+    with Session(sandbox_config) as source:
+        source.sandbox()
+        lizard_local.set_latency(800)
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        timer.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                fork_sessions(source, 2)
+        finally:
+            timer.cancel()
+            lizard_local.set_latency(0)
+
+
+def test_a_fork_refused_for_another_reason_does_not_blame_a_volume(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    import lizard
+
+    from lizard_core.errors import SandboxPausedError
+
+    with Session(sandbox_config) as source:
+        sandbox_id = str(source.sandbox().sandbox_id)
+        # Paused by another client: this session does not know, so it sends the fork.
+        lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url).pause()
+        with pytest.raises(SandboxPausedError) as caught:
+            fork_sessions(source, 1)
+        assert "volume" not in str(caught.value)

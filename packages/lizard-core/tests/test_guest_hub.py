@@ -31,7 +31,8 @@ from lizard_core.session import Session
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
-HUB_DIR = '"${TMPDIR:-/tmp}/.lizard-hub-$K"'
+HUB_DIR = '"$HOME/.cache/lizard-hub-$K"'
+HUB_PID = f"$(ls {HUB_DIR} | sed -n 's/^hub[.]\\([0-9]*\\)[.].*/\\1/p')"
 # What a command sees of the process that started it and of its own environment.
 PROBE = "cat /proc/$PPID/comm; env | sort; pwd; umask; id; ls /proc/self/fd | wc -l"
 
@@ -65,9 +66,13 @@ def _served_by_hub(parent: str) -> bool:
 
 
 def _wait_for_hub(session: Session) -> None:
-    """The launcher starts the hub in the background: wait until its pid file is there."""
+    """The launcher starts the hub in the background: wait until its name file names a live one."""
+    live = (
+        f"for f in {HUB_DIR}/hub.*; do p=${{f##*/hub.}}; p=${{p%%.*}}; "
+        '[ "$(cat /proc/$p/comm 2>/dev/null)" = lizard-hub ] && echo live; done; true'
+    )
     deadline = time.monotonic() + 30
-    while "pid" not in _shell(session, f"ls {HUB_DIR} 2>/dev/null || true").split():
+    while "live" not in _shell(session, live):
         assert time.monotonic() < deadline, "no hub started"
         time.sleep(0.05)
 
@@ -110,12 +115,23 @@ def test_files_and_commands_through_the_hub_give_the_same_results(session: Sessi
 @pytest.mark.parametrize(
     "damage",
     [
-        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid)", id="hub-killed"),
-        pytest.param(f"kill -9 $(cat {HUB_DIR}/pid); rm -rf {HUB_DIR}", id="tmp-wiped"),
-        pytest.param(f"echo 1 > {HUB_DIR}/pid", id="pid-file-names-another-process"),
-        pytest.param(f"echo garbage > {HUB_DIR}/pid", id="pid-file-garbage"),
-        pytest.param(f"rm {HUB_DIR}/in; : > {HUB_DIR}/in", id="fifo-replaced"),
-        pytest.param(f"kill -STOP $(cat {HUB_DIR}/pid)", id="hub-stopped"),
+        pytest.param(f"kill -9 {HUB_PID}", id="hub-killed"),
+        pytest.param(f"kill -9 {HUB_PID}; rm -rf {HUB_DIR}", id="directory-wiped"),
+        pytest.param(
+            f"cd {HUB_DIR} && for f in hub.*; do mv $f hub.1.${{f##*.}}; done",
+            id="name-file-names-another-process",
+        ),
+        pytest.param(
+            f"cd {HUB_DIR} && for f in hub.*; do p=${{f#hub.}}; mv $f hub.${{p%%.*}}.1; done",
+            id="name-file-names-a-reused-pid",
+        ),
+        pytest.param(f"cd {HUB_DIR} && rm hub.* && : > hub.garbage", id="name-file-garbage"),
+        pytest.param(
+            # Stopped before the next call checks it (SIGSTOP takes effect when the hub next runs).
+            f"p={HUB_PID}; kill -STOP $p; "
+            "while [ $(cut -d' ' -f3 /proc/$p/stat) != T ]; do sleep 0.01; done",
+            id="hub-stopped",
+        ),
     ],
 )
 def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(
@@ -141,7 +157,7 @@ def test_a_lost_or_tampered_hub_costs_one_request_and_gives_the_same_result(
 def test_a_new_hub_replaces_a_killed_one(session: Session) -> None:
     _probe(session)
     _wait_for_hub(session)
-    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    _shell(session, f"kill -9 {HUB_PID}")
     parent, _ = _probe(session)
     assert not _served_by_hub(parent)  # the launcher, in the same exec
     _wait_for_hub(session)
@@ -160,7 +176,7 @@ def test_a_hub_dying_mid_call_leaves_the_call_to_finish(session: Session) -> Non
     thread = threading.Thread(target=slow)
     thread.start()
     time.sleep(0.7)
-    _shell(session, f"kill -9 $(cat {HUB_DIR}/pid)")
+    _shell(session, f"kill -9 {HUB_PID}")
     thread.join(60)
     assert result["r"].stdout == b"finished\n"
     assert result["r"].exit_code == 0
@@ -180,14 +196,12 @@ def test_two_versions_keep_separate_hubs(session: Session, monkeypatch: pytest.M
     monkeypatch.undo()
     parent, _ = _probe(session)
     assert _served_by_hub(parent)  # and the first one still serves its own
-    listing = _shell(session, 'ls -a "${TMPDIR:-/tmp}"').split()
-    assert {f".lizard-hub-{mine}", f".lizard-hub-{other}"} <= set(listing)
+    listing = _shell(session, 'ls -a "$HOME/.cache"').split()
+    assert {f"lizard-hub-{mine}", f"lizard-hub-{other}"} <= set(listing)
 
 
-def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
-    session: Session,
-) -> None:
-    """A relay whose stdout is a socket cannot be reopened through /proc: the hub gives up."""
+def test_stdout_that_is_a_socket_is_the_execs_own(session: Session) -> None:
+    """A relay whose stdout is a socket: the hub's child writes to that very socket."""
     _probe(session)
     _wait_for_hub(session)
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/tmp"}).encode()).decode()
@@ -202,19 +216,23 @@ def test_a_platform_whose_stdout_is_not_a_pipe_falls_back_in_the_same_exec(
         "sys.stdout.write(json.dumps([proc.wait(), out.decode()]))\n"
     )
     done = run_command(session, ["python3", "-c", wrapper], input=json.dumps(argv).encode())
-    _, output = json.loads(done.stdout)
+    status, output = json.loads(done.stdout)
     frames = [json.loads(line) for line in output.splitlines()]
-    assert frames[-1] == {"t": "end", "v": True}
-    assert "off" in _shell(session, f"ls {HUB_DIR}").split()
-    # From now on every call runs the launcher, and still gives its result.
+    assert (status, frames[-1]) == (0, {"t": "end", "v": True})
     parent, _ = _probe(session)
-    assert not _served_by_hub(parent)
+    assert _served_by_hub(parent)  # the hub still serves
 
 
 def _local_call(argv: list[str], env: dict[str, str]) -> dict[str, Any]:
     done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
     frame: dict[str, Any] = json.loads(done.stdout.splitlines()[-1])
     return frame
+
+
+def _hub_in(directory: Path) -> int:
+    """The pid the hub's name file in ``directory`` gives, or 0."""
+    names = list(directory.glob("hub.*"))
+    return int(names[0].name.split(".")[1]) if names else 0
 
 
 def _wait_until(condition: Any, what: str) -> None:
@@ -233,17 +251,17 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
     assert "CHECK_S = 0.1" in hub
     assert ("IDLE_S = 0.5" in hub) == (why == "idle")
     key = "5" * 16
-    directory = tmp_path / f".lizard-hub-{key}"
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
     argv = [
         "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
         _guest_relay.packed(hub), _guest_relay.packed(program("agent")),
         "c0ffee00c0ffee00", "1", request,
     ]  # fmt: skip
-    env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path)}
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
     assert _local_call(argv, env) == {"t": "end", "v": True}
-    _wait_until((directory / "pid").exists, "no hub started")
-    pid = int((directory / "pid").read_text())
+    _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+    pid = _hub_in(directory)
     try:
         if why == "directory-replaced":
             os.rename(directory, tmp_path / "elsewhere")
@@ -252,16 +270,20 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
             for _ in range(3):
                 time.sleep(0.25)
                 assert _local_call(argv, env) == {"t": "end", "v": True}
-                assert (directory / "pid").read_text() == f"{pid}\n"
+                assert _hub_in(directory) == pid
         _wait_until(lambda: not Path(f"/proc/{pid}").exists(), "the hub did not exit")
-        assert not (directory / "pid").exists()
+        assert not list(directory.glob("hub.*"))
         assert _local_call(argv, env) == {"t": "end", "v": True}  # the launcher, again
     finally:
         if Path(f"/proc/{pid}").exists():
             os.kill(pid, 9)
-        for path in tmp_path.glob("*/pid"):  # a hub the last call started, if it got so far
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(path.read_text()), 9)
+        # The hub the last call started in the background, once it has named itself.
+        deadline = time.monotonic() + 10
+        while not _hub_in(directory) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with contextlib.suppress(ProcessLookupError):
+            if _hub_in(directory):
+                os.kill(_hub_in(directory), 9)
 
 
 def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:
@@ -272,20 +294,291 @@ def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: P
     probe = [old_python, "-c", "import sys; print(sys.executable)"]
     real = subprocess.run(probe, capture_output=True, text=True, check=True).stdout.strip()
     (bin_dir / "python3").symlink_to(real)
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "TMPDIR": str(tmp_path)}
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
     request = base64.b64encode(json.dumps({"op": "exists", "path": "/"}).encode()).decode()
     argv = guest_argv(program("agent"), ["c0ffee00c0ffee00", "1", request])
-    directory = tmp_path / f".lizard-hub-{_guest_relay.hub_key()}"
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
     try:
         for _ in range(3):
             done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
             assert json.loads(done.stdout.splitlines()[-1]) == {"t": "end", "v": True}
             deadline = time.monotonic() + 30
-            while not (directory / "pid").exists():
+            while not _hub_in(directory):
                 assert time.monotonic() < deadline, done.stderr
                 time.sleep(0.05)
-        hub = int((directory / "pid").read_text())
+        hub = _hub_in(directory)
         assert os.path.realpath(f"/proc/{hub}/exe") == os.path.realpath(real)
     finally:
-        if (directory / "pid").exists():
-            os.kill(int((directory / "pid").read_text()), 9)
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
+# ── across users, and the exec's own process state ──────────────────────
+
+_RUNNER = (
+    "import base64, json, subprocess, sys\n"
+    "spec = json.loads(sys.stdin.read())\n"
+    "done = subprocess.run(['sh', '-c', spec['prefix'] + ' exec \"$@\"', 'sh'] + spec['argv'],\n"
+    "    input=base64.b64decode(spec['stdin']), capture_output=True, timeout=20)\n"
+    "print(json.dumps([done.returncode, done.stdout.decode(), done.stderr.decode()]))\n"
+)
+# Prints who ran it: a hub's child names itself by its first argument.
+_WHO = """\
+import sys
+comm = open('/proc/self/comm').read().strip()
+print('hub' if comm == sys.argv[1][:15] else 'launcher')
+"""
+# The same, then what it was given.
+_REPORT = """\
+import os, resource, sys
+comm = open('/proc/self/comm').read().strip()
+print('hub' if comm == sys.argv[1][:15] else 'launcher')
+print(sys.stdin.read())
+print(resource.getrlimit(resource.RLIMIT_NOFILE)[0], os.nice(0), sorted(os.getgroups()))
+print(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))
+sys.exit(int(sys.argv[2]))
+"""
+
+
+def _relay(
+    session: Session,
+    text: str,
+    args: list[str],
+    prefix: str = "",
+    stdin: bytes = b"",
+    user: str | None = None,
+) -> tuple[int, str, str]:
+    """Run ``text`` through the relay in the sandbox, under ``prefix`` (shell) and ``stdin``."""
+    spec = {
+        "argv": guest_argv(text, args),
+        "prefix": prefix,
+        "stdin": base64.b64encode(stdin).decode(),
+    }
+    runner = ["python3", "-c", _RUNNER]
+    # The user's own HOME and working directory (root's are closed to it: a hub's child could
+    # not enter them, so it would decline every call and the launcher would run it).
+    env, cwd = ({"HOME": "/home/user"}, "/home/user") if user == "user" else (None, None)
+    done = run_command(
+        session, runner, input=json.dumps(spec).encode(), user=user, env=env, cwd=cwd
+    )
+    assert done.exit_code == 0, done
+    code, out, err = json.loads(done.stdout)
+    return code, out, err
+
+
+def _until_served(session: Session) -> None:
+    """Until a hub serves this sandbox's commands (wherever it keeps its directory)."""
+    deadline = time.monotonic() + 30
+    while not _served_by_hub(_probe(session)[0]):
+        assert time.monotonic() < deadline, "no hub serves"
+        time.sleep(0.05)
+
+
+def _served_warm(session: Session) -> None:
+    """Until a hub serves this user's calls."""
+    deadline = time.monotonic() + 30
+    while _relay(session, _WHO, ["warm-up-call-id"])[1] != "hub\n":
+        assert time.monotonic() < deadline, "no hub serves"
+        time.sleep(0.1)
+
+
+def test_exit_codes_stdin_and_descriptors_are_the_execs_own(session: Session) -> None:
+    _served_warm(session)
+    code, out, err = _relay(session, _REPORT, ["exact-call-id", "3"], stdin=b"given\n")
+    lines = out.split("\n")
+    assert (code, lines[0], lines[1], err) == (3, "hub", "given", "")
+    code, out, _ = _relay(session, _REPORT, ["exact-call-id", "255"])
+    assert code == 255
+
+
+@pytest.mark.parametrize(
+    ("prefix", "field", "expected"),
+    [
+        ("ulimit -n 64;", 0, "64"),
+        ("renice -n 7 $$ >/dev/null;", 1, "7"),
+        ('set -- setpriv --groups 4242 -- "$@";', 2, "[4242]"),
+    ],
+    ids=["rlimit", "nice", "groups"],
+)
+def test_an_exec_with_other_limits_priority_or_groups_gets_them(
+    session: Session, prefix: str, field: int, expected: str
+) -> None:
+    """The hub cannot carry these over: the relay runs the launcher, with no extra descriptor."""
+    _served_warm(session)
+    code, out, _ = _relay(session, _REPORT, ["limits-call-id", "0"], prefix=prefix)
+    lines = out.split("\n")
+    assert code == 0
+    assert lines[2].split(" ", 2)[field] == expected  # nofile, nice, groups
+    assert lines[0] == "launcher"
+    assert lines[3] == "[0, 1, 2, 3]"
+
+
+def test_stdout_appended_to_a_file_keeps_what_was_there(session: Session) -> None:
+    _served_warm(session)
+    _shell(session, "printf 'kept\\n' > /tmp/appended.log")
+    text = "import sys\nprint('added')\n"
+    code, _, _ = _relay(session, text, ["append-call-id"], prefix="exec >>/tmp/appended.log;")
+    assert code == 0
+    assert _shell(session, "cat /tmp/appended.log") == "kept\nadded\n"
+
+
+def test_no_program_runs_in_a_spare_before_its_call(session: Session) -> None:
+    """A learned program's top level runs in its own call only, never in a later one's."""
+    _served_warm(session)
+    noisy = "import sys\nprint('noisy top level', sys.argv[1:])\n"
+    for _ in range(3):
+        assert _relay(session, noisy, ["noisy-call-id"])[1] == "noisy top level ['noisy-call-id']\n"
+    quiet = "print('quiet')\n"
+    for _ in range(3):
+        assert _relay(session, quiet, ["quiet-call-id"])[1] == "quiet\n"
+
+
+def test_another_users_planted_hub_cannot_touch_root_and_each_user_gets_its_own(
+    session: Session,
+) -> None:
+    """An unprivileged user's first command plants what it can; root's calls are unharmed."""
+    key = _guest_relay.hub_key()
+    plant = (
+        "set -e; for d in /tmp/.lizard-hub-$K ${TMPDIR:-/tmp}/.lizard-hub-$K; do "
+        "mkdir -p $d; ln -sf /etc/passwd $d/in; : > $d/wait; done; "
+        "sleep 60 3</etc/passwd >/dev/null 2>&1 & "
+        "echo $! > /tmp/.lizard-hub-$K/pid; echo planted"
+    )
+    planted = run_command(session, ["sh", "-c", plant], env={"K": key}, user="user")
+    assert planted.stdout == b"planted\n", planted
+    before = _shell(session, "sha256sum /etc/passwd")
+    from lizard_core.files import SandboxFiles
+
+    files = SandboxFiles(session)
+    for _ in range(3):
+        assert files.exists("/etc/passwd")
+        assert run_command(session, ["sh", "-c", "echo root; exit 5"]).exit_code == 5
+    _served_warm(session)
+    assert files.stat("/etc/passwd").size > 0
+    assert _shell(session, "sha256sum /etc/passwd") == before
+    # The other way round: a relay run as the user (a command of the user's running a guest
+    # program) gets a hub of the user's own, and root's calls still get root's.
+    deadline = time.monotonic() + 30
+    while _relay(session, _REPORT, ["user-call-id", "6"], user="user")[1][:4] != "hub\n":
+        assert time.monotonic() < deadline, "no hub of the user's"
+        time.sleep(0.1)
+    code, out, _ = _relay(session, _REPORT, ["user-call-id", "6"], user="user", stdin=b"u\n")
+    assert (code, out.split("\n")[:2]) == (6, ["hub", "u"])
+    assert run_command(session, ["sh", "-c", "echo root; exit 5"]).exit_code == 5
+    hubs = _shell(session, "ps -eo uid=,comm= | grep lizard-hub | sort -n").split()
+    assert hubs == ["0", "lizard-hub", "1000", "lizard-hub"], hubs
+
+
+def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) -> None:
+    _until_served(session)
+
+    def one(n: int) -> tuple[int, bytes, bytes]:
+        done = run_command(session, ["sh", "-c", f"echo out{n}; echo err{n} >&2; exit {n % 8}"])
+        return done.exit_code, done.stdout, done.stderr
+
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(32) as pool:
+        results = list(pool.map(one, range(32)))
+    assert results == [(n % 8, b"out%d\n" % n, b"err%d\n" % n) for n in range(32)]
+
+
+def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) -> None:
+    _until_served(session)
+    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose last
+    # argument is ``serve``; its children have the same arguments, but the call id for a name.
+    churn = (
+        "n=0; end=$(($(date +%s) + 60)); "
+        "while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
+        "for p in $(ps -eo pid=,ppid=,comm= | awk '$2 == 1 && $3 ~ /^(lizard-hub|python3)$/ "
+        "{print $1}'); do "
+        "[ \"$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | tail -n 1)\" = serve ] && "
+        "kill -9 $p 2>/dev/null && n=$((n + 1)); done; "
+        'rm -rf "$HOME"/.cache/lizard-hub-* /tmp/.lizard-hub-*; sleep 0.03; done; echo $n'
+    )
+    done: dict[str, Any] = {}
+    thread = threading.Thread(
+        target=lambda: done.setdefault("r", run_command(session, ["sh", "-c", churn]))
+    )
+    thread.start()
+    try:
+        for n in range(50):
+            result = run_command(session, ["sh", "-c", f"echo call{n}; exit {n % 5}"])
+            assert (result.exit_code, result.stdout) == (n % 5, b"call%d\n" % n)
+    finally:
+        _shell(session, ": > /tmp/churn-stop")
+        thread.join(90)
+    assert int(done["r"].stdout) >= 5  # hubs were killed while the calls ran
+
+
+def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path) -> None:
+    """A stand-in hub takes the relay's pid and exits: the relay runs the program itself."""
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print('ready', flush=True)\n"
+        "os.read(3, 64)\n"
+    )
+    key = _guest_relay.hub_key()
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(
+        ["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE, pass_fds=()
+    )
+    try:
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == b"ready\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
+    finally:
+        hub.kill()
+        hub.wait()
+        for path in directory.glob("hub.*"):  # the hub the launcher started
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.name.split(".")[1]), 9)
+
+
+def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
+    """A pidfd names one process: a pid reused since cannot be signalled by mistake."""
+    from lizard_core._guest import _hub_child
+
+    gone = subprocess.Popen(["true"])
+    pidfd = os.pidfd_open(gone.pid)
+    gone.wait()
+    alive = subprocess.Popen(["sleep", "30"])  # stands for a process that reused the pid
+    proc = os.open(f"/proc/{alive.pid}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert not _hub_child.signal_relay(alive.pid, proc, 9, pidfd)
+        assert alive.poll() is None
+    finally:
+        os.close(proc)
+        os.close(pidfd)
+        alive.kill()
+        alive.wait()
+
+
+def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
+    """Before its pid frame arrives, the host can stop a call only by killing the exec."""
+    _until_served(session)
+    text = "import os, sys, time\nprint(os.getpid(), flush=True)\ntime.sleep(60)\n"
+    killer = (
+        "import json, os, signal, subprocess, sys, time\n"
+        "argv = json.loads(sys.stdin.read())\n"
+        "relay = subprocess.Popen(argv, stdout=subprocess.PIPE)\n"
+        "child = int(relay.stdout.readline())\n"
+        "relay.kill(); relay.wait()\n"
+        "deadline = time.monotonic() + 10\n"
+        "while os.path.exists('/proc/%d' % child) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n"
+        "print(child != relay.pid, os.path.exists('/proc/%d' % child))\n"
+    )
+    argv = guest_argv(text, ["hangup-call-id"])
+    done = run_command(session, ["python3", "-c", killer], input=json.dumps(argv).encode())
+    # A hub's child (not the relay itself) ran the program, and it is gone with its exec.
+    assert done.stdout == b"True False\n", done

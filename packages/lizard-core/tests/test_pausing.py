@@ -248,3 +248,186 @@ def test_a_boot_that_kept_memory_reports_nothing(session: Session) -> None:
     assert not kept.state_lost
     assert kept.notice is None
     assert kept.results[0].text == "5"
+
+
+def test_a_platform_call_longer_than_the_idle_time_is_not_paused_under(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    # take_snapshot, fork_sessions and expose_port run their request through Session.call:
+    # one that lasts past idle_pause_s (a snapshot takes about a second) is use, not idleness.
+    with Session(sandbox_config, idle_pause_s=0.3) as s:
+        sandbox = s.sandbox()
+        seen: list[bool] = []
+
+        def slow_request() -> str:
+            time.sleep(1.0)
+            seen.append(s.paused)
+            return str(sandbox.get_info().status)
+
+        assert s.call(slow_request) == "running"
+        assert seen == [False]
+
+
+def test_an_interrupted_pause_wait_leaves_a_session_that_resumes(
+    session: Session, lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C (or a timeout) after the pause was sent, while its status is awaited: the session
+    # must still know that it paused its sandbox, so that the next operation resumes it
+    # rather than failing on a paused sandbox.
+    run_command(session, "echo kept > /tmp/kept", shell=True)
+    wait = Session._wait_status
+
+    def interrupted(self: Session, sandbox: Any, want: str) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Session, "_wait_status", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.pause()
+    monkeypatch.setattr(Session, "_wait_status", wait)
+    assert run_command(session, "cat /tmp/kept", shell=True).stdout == b"kept\n"
+    assert not session.paused
+    assert session.boot_epoch == 1
+
+    session.pause()
+    monkeypatch.setattr(Session, "_wait_status", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        session.resume()
+    monkeypatch.setattr(Session, "_wait_status", wait)
+    assert run_command(session, "cat /tmp/kept", shell=True).stdout == b"kept\n"
+    assert session.boot_epoch == 2
+
+
+def _idlers() -> list[Any]:
+    import threading
+
+    return [t for t in threading.enumerate() if t.name == "lizard-core-idle-pause"]
+
+
+@pytest.mark.parametrize("end", ["close", "destroy"])
+def test_the_idle_timer_ends_with_the_session_and_a_paused_one_is_destroyed(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, end: str
+) -> None:
+    before = set(_idlers())
+    s = Session(sandbox_config, idle_pause_s=30)
+    run_command(s, ["true"])
+    assert len(set(_idlers()) - before) == 1
+    s.pause()
+    sandbox_id = s.sandbox_id
+    getattr(s, end)()
+    deadline = time.monotonic() + 5
+    while set(_idlers()) - before and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not set(_idlers()) - before
+    if end == "destroy":
+        assert sandbox_id not in lizard_local.sandboxes()
+    else:  # left paused for a later run to attach to
+        assert _status(lizard_local, str(sandbox_id)) == "paused"
+        Session(sandbox_config, sandbox_id=sandbox_id).destroy()
+
+
+@pytest.mark.parametrize("timeout_ms", [0, 3_600_000])
+def test_attach_to_a_paused_sandbox_never_shortens_its_lifetime_nor_adds_a_deadline(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, timeout_ms: int
+) -> None:
+    # A paused sandbox's lifetime is frozen, not over: after the resume it runs on from what
+    # was left, and the configuration's shorter lifetime (300 s) must not replace it.
+    existing = lizard.Sandbox.create(
+        "base",
+        project_id=lizard_local.project_id,
+        timeout_ms=timeout_ms,
+        api_key=lizard_local.api_key,
+        api_url=lizard_local.url,
+    )
+    try:
+        existing.pause()
+        with Session(sandbox_config, sandbox_id=existing.sandbox_id) as s:
+            s.sandbox()
+            assert s.boot_epoch == 1
+        info = existing.get_info()
+        assert info.status == "running"
+        if timeout_ms == 0:
+            assert not info.end_at
+        else:
+            end = datetime.strptime(info.end_at, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+            assert (end - datetime.now(UTC)).total_seconds() > 3000
+    finally:
+        existing.kill()
+
+
+def test_async_faces_under_trio_and_a_cancelled_resume_leaves_a_consistent_session(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    import trio
+
+    async def main() -> None:
+        async with Session(sandbox_config, idle_pause_s=0.3) as s:
+            await arun_command(s, "echo t > /tmp/t", shell=True)
+            deadline = time.monotonic() + 10
+            while not s.paused and time.monotonic() < deadline:  # noqa: ASYNC110 (a thread sets it)
+                await trio.sleep(0.05)
+            assert s.paused  # the idle timer works under trio too
+            with trio.move_on_after(0.001):  # cancelled while resuming: the resume completes
+                await s.aresume()
+            result = await arun_command(s, "cat /tmp/t", shell=True)
+            assert result.stdout == b"t\n"
+            assert s.boot_epoch >= 1  # another idle pause may come between, on a slow machine
+
+    trio.run(main)
+
+
+def test_pausing_an_attached_sandbox_that_is_paused_resumes_nothing(
+    sandbox_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    existing = lizard.Sandbox.create(
+        "base",
+        project_id=lizard_counters.project_id,
+        api_key=lizard_counters.api_key,
+        api_url=lizard_counters.url,
+    )
+    try:
+        existing.pause()
+        lizard_counters.reset_counters()
+        s = Session(sandbox_config, sandbox_id=existing.sandbox_id)
+        s.pause()  # a later run making sure it stays paused: no boot just to pause it again
+        s.close()
+        assert _count(lizard_counters, RESUME) == 0
+        assert _count(lizard_counters, PAUSE) == 0
+        assert _status(lizard_counters, existing.sandbox_id) == "paused"
+    finally:
+        existing.kill()
+
+
+def test_keep_alive_and_idle_pause_together_a_paused_lifetime_is_frozen(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    config = sandbox_config.replace(lifetime_ms=2_000)
+    with Session(config, keep_alive=True, idle_pause_s=0.3) as s:
+        run_command(s, "echo alive > /tmp/a", shell=True)
+        deadline = time.monotonic() + 10
+        while not s.paused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.paused
+        time.sleep(2.5)  # past the lifetime: paused, it does not run out
+        assert s.sandbox_id in lizard_local.sandboxes()
+        assert run_command(s, "cat /tmp/a", shell=True).stdout == b"alive\n"
+
+
+def test_a_slow_keep_alive_extension_before_an_operation_is_not_paused_under(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+) -> None:
+    # The next operation resumes, then extends the lifetime (due: more than half of it went
+    # by); that request taking longer than idle_pause_s must not let the idle timer pause the
+    # sandbox again before the operation starts.
+    config = sandbox_config.replace(lifetime_ms=4_000)
+    with Session(config, keep_alive=True, idle_pause_s=0.3) as s:
+        run_command(s, ["true"])
+        deadline = time.monotonic() + 10
+        while not s.paused and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert s.paused
+        time.sleep(2.2)  # the extension is due (paused, the lifetime does not run out)
+        lizard_local.set_latency(600)
+        try:
+            assert run_command(s, ["echo", "ok"]).stdout == b"ok\n"
+        finally:
+            lizard_local.set_latency(0)

@@ -133,3 +133,77 @@ def test_bad_ids_raise_before_any_request(
     with pytest.raises(ValueError, match="not a snapshot id"):
         delete_snapshots(sandbox_config, ["../etc"])
     assert lizard_counters.counters()["total"] == 0
+
+
+def test_find_by_this_runs_and_machines_origin_tags(
+    session: Session, run_config: SandboxConfig
+) -> None:
+    # The tags every session's config carries (lizard_core.origin), as find_sandboxes takes them.
+    taken = take_snapshot(session, "origin")
+    mine = find_snapshots(
+        run_config,
+        dict(run_config.metadata),
+        integration=run_config.integration,
+        run_id=run_config.run_id,
+        machine_id=run_config.machine_id,
+    )
+    assert [r.snapshot_id for r in mine] == [taken.snapshot_id]
+    assert find_snapshots(run_config, dict(run_config.metadata), run_id="another-run") == []
+    assert find_snapshots(run_config, dict(run_config.metadata), machine_id="elsewhere") == []
+    with pytest.raises(TypeError):
+        find_snapshots(run_config, run_id=5)  # type: ignore[arg-type]
+
+
+def test_an_undated_snapshot_is_never_older_than_asked() -> None:
+    # Cleanup by age must not delete a snapshot whose age it cannot tell (as find_sandboxes).
+    from lizard_core.snapshots import SnapshotRecord, _matches
+
+    undated = SnapshotRecord("snap_1", "x", {"k": "v"})
+    assert not _matches(undated, {"k": "v"}, older_than_s=60)
+    assert _matches(undated, {"k": "v"}, older_than_s=None)
+
+
+def test_a_name_too_long_with_its_tags_is_refused_before_the_snapshot_is_sent(
+    run_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    # The tags ride in the name: long labels on the configuration must fail here, clearly,
+    # not as the platform's 400 after the request.
+    config = run_config.replace(metadata={**run_config.metadata, "task": "t" * 120})
+    with Session(config) as s:
+        s.sandbox()
+        lizard_counters.reset_counters()
+        with pytest.raises(ValueError, match="name with its tags"):
+            take_snapshot(s, "a" * 60)
+        assert lizard_counters.counters()["routes"].get("POST /api/sandboxes/{id}/snapshot") is None
+
+
+def test_an_interrupt_during_the_snapshot_request_leaves_no_snapshot(
+    session: Session, run_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+) -> None:
+    # Ctrl-C while the snapshot's answer is awaited: the platform saves it all the same (and
+    # bills it by the GB-month), and only that answer names it.
+    import _thread
+    import threading
+
+    session.sandbox()
+    lizard_local.set_latency(800)
+    timer = threading.Timer(0.3, _thread.interrupt_main)
+    timer.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            take_snapshot(session, "interrupted")
+    finally:
+        timer.cancel()
+        lizard_local.set_latency(0)
+    assert find_snapshots(run_config, dict(run_config.metadata)) == []
+
+
+def test_take_snapshot_checks_its_session_before_any_request(
+    run_config: SandboxConfig, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    with pytest.raises(TypeError, match="Session"):
+        take_snapshot(run_config, "x")  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="wait_s"):
+        take_snapshot(Session(run_config), "x", wait_s="5")  # type: ignore[arg-type]
+    assert lizard_counters.counters()["total"] == 0

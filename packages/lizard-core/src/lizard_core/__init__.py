@@ -4,7 +4,13 @@ The framework-neutral core of the Lizard Sandboxes integrations. Only this packa
 lizard-sdk; adapters build on the names exported here.
 """
 
-from lizard_core.commands import DEFAULT_OUTPUT_LIMIT, CommandResult, arun_command, run_command
+from lizard_core.commands import (
+    DEFAULT_OUTPUT_LIMIT,
+    CommandResult,
+    arun_command,
+    run_command,
+    stream_command,
+)
 from lizard_core.config import LIZARD_CORE_VERSION, SIZES, SandboxConfig, Size
 from lizard_core.errors import (
     CommandTimeoutError,
@@ -28,6 +34,7 @@ from lizard_core.files import FileStat, SandboxFiles
 from lizard_core.kernel import ExecutionError, ExecutionResult, Kernel, RichResult
 from lizard_core.packages import PackageCheck, missing_requirements, requirements
 from lizard_core.session import RetryPolicy, Session
+from lizard_core.streaming import OutputChunk, OutputStream
 
 __version__: str = LIZARD_CORE_VERSION
 """The installed version of lizard-core."""
@@ -47,7 +54,9 @@ __all__ = [
     "Kernel",
     "KernelUnavailableError",
     "LizardIntegrationError",
+    "OutputChunk",
     "OutputLimitError",
+    "OutputStream",
     "PackageCheck",
     "QuotaError",
     "RetryPolicy",
@@ -66,6 +75,7 @@ __all__ = [
     "missing_requirements",
     "requirements",
     "run_command",
+    "stream_command",
     "translate",
     "translated",
 ]

@@ -16,6 +16,7 @@ Contract:
   once with a message that says so.
 - :func:`wait_done` awaits a :class:`concurrent.futures.Future` that another thread completes,
   without holding a worker thread, and leaves reading the result to the caller.
+- :func:`wait_done_uncancellable` does the same and keeps waiting through cancellations.
 - :func:`arun_cancellable` runs a blocking call that takes a :class:`Cancellation` in a thread
   of its own: a cancelled awaiting task sets the cancellation, waits for the call to end, then
   lets the cancellation propagate.
@@ -39,7 +40,14 @@ import anyio.from_thread
 import anyio.lowlevel
 import anyio.to_thread
 
-__all__ = ["Cancellation", "arun_cancellable", "loop_callback", "run_blocking", "wait_done"]
+__all__ = [
+    "Cancellation",
+    "arun_cancellable",
+    "loop_callback",
+    "run_blocking",
+    "wait_done",
+    "wait_done_uncancellable",
+]
 
 T = TypeVar("T")
 
@@ -222,14 +230,15 @@ async def arun_cancellable(fn: Callable[[Cancellation], T]) -> T:
         await wait_done(future)
     except BaseException:
         cancellation.cancel()
-        await _wait_future_uncancellable(future)
+        await wait_done_uncancellable(future)
         if not future.cancelled() and future.exception() is not None:
             _log.debug("cancelled call ended with %r", future.exception())
         raise
     return future.result()
 
 
-async def _wait_future_uncancellable(future: concurrent.futures.Future[Any]) -> None:
+async def wait_done_uncancellable(future: concurrent.futures.Future[Any]) -> None:
+    """Like :func:`wait_done`, but cancelling the waiter does not end the wait."""
     with anyio.CancelScope(shield=True):
         while not future.done():
             try:

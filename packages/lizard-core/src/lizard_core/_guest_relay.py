@@ -3,15 +3,16 @@
 Every guest call is one exec of ``sh -c RELAY lizard-guest <key> <hub> <program> <args>...``, the
 two programs deflated and base64 (:func:`packed`), so a call carries less than one plain program:
 
-- When the sandbox's hub for ``key`` is live (its pid file names a process, not stopped, whose
-  fd 3 is the hub's FIFO, owned by this user), the relay hands the hub its pid and waits; the
-  hub's child writes the program's frames straight to the relay's stdout and the relay exits
-  when the child did. No Python starts and nothing is compiled for the operation.
-- Otherwise (the first call on a sandbox, a wiped ``/tmp``, a sandbox resumed without its
-  processes, another lizard-core version's hub, a hub that declined) the relay runs
-  ``python3 -I -S -c BOOT <key> <hub> <program> <args>...`` in the same exec, which starts a
-  hub for the next call and runs the program itself. So a hub is never required, and a stale
-  one is never used: the result is the same either way, in one request.
+- When the user's hub for ``key`` is live (named in the user's private directory, alive, not
+  stopped, started when its name says), the relay hands the hub its pid through ``/proc`` and
+  waits; the hub's child takes the relay's stdio and writes the program's frames to it, and the
+  relay exits as the child did. No Python starts and nothing is compiled for the operation.
+- Otherwise (the first call on a sandbox, a wiped ``HOME``, a sandbox resumed without its
+  processes, another lizard-core version's hub, a hub that declined or was lost before the
+  program started) the relay runs ``python3 -I -S -c BOOT <key> <hub> <program> <args>...`` in
+  the same exec, which starts a hub for the next call and runs the program itself. So a hub is
+  never required, and a stale one is never used: the result is the same either way, in one
+  request.
 - ``key`` is the hash of the relay and the hub program, so two versions never share a hub; the
   program itself always travels in the request, so a hub runs whatever version it is sent.
 
@@ -38,26 +39,46 @@ BOOT: Final = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64
 """The ``-c`` program of the launcher and the hub: the hub program travels deflated and base64."""
 
 RELAY: Final = """\
-d="${TMPDIR:-/tmp}/.lizard-hub-$1"
+h=${HOME:-/root} e=0 i= r= p=
+d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
-trap 'exit 1' ALRM
-trap 'exec @PYTHON@ "@BOOT@" "$@"' USR2
-if { read -r p <"$d/pid" && read -r _ _ s _ <"/proc/$p/stat"; } 2>/dev/null &&
-  [ "$s" != T ] && [ "$s" != t ] && [ -O "$d/in" ] && [ "$d/in" -ef "/proc/$p/fd/3" ]
+trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-' USR2
+trap 'i=1 r=1' 44
+trap 'i=1 e=$((e|1))' 35
+trap 'i=1 e=$((e|2))' 36
+trap 'i=1 e=$((e|4))' 37
+trap 'i=1 e=$((e|8))' 38
+trap 'i=1 e=$((e|16))' 39
+trap 'i=1 e=$((e|32))' 40
+trap 'i=1 e=$((e|64))' 41
+trap 'i=1 e=$((e|128))' 42
+trap 'exit $e' 43
+for f in "$d"/hub.*; do p=${f##*/hub.}; done
+t=${p#*.} p=${p%%.*}
+if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
+  { read -r _ c s _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ x _ <"/proc/$p/stat"; } 2>/dev/null &&
+  [ "$c.$x" = "(lizard-hub).$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
+  { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
+  { printf '%s\\n' "$$" >&3; } 2>/dev/null 3<>"/proc/$p/fd/3"
 then
-  exec 4>&1 5<"$d/wait"
-  { printf '%s\\n' "$$" >&3; } 3<>"$d/in"
-  read -r p <&5
-  exit 70
+  while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
+  [ -z "$r" ] || exit 70
 fi
-exec @PYTHON@ "@BOOT@" "$@"
+exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
-"""POSIX sh (dash, bash, busybox), builtins only. The relay blocks reading the hub's ``wait``
-FIFO, which nobody writes: the hub's child ends it with a signal (``USR1``: exit 0, ``ALRM``:
-exit 1, ``USR2``: run the launcher after all, nothing having run), and end of file (the hub and
-all its children gone without a word) ends it with 70. ``wait`` is opened before the pid is sent,
-so a directory wiped at that moment ends the relay with nothing sent. Writing the pid points the
-relay's stdout at the FIFO for a moment, so the hub takes stdout from fd 4, a copy made before."""
+"""POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
+``hub.<pid>.<start time>`` in the user's private directory names, checked in ``/proc/<pid>/stat``
+(alive, not stopped, named ``lizard-hub``, started then); the relay reaches it only through
+``/proc/<pid>/fd``: it opens the hub's ``wait`` pipe (fd 11, which nobody writes), writes its pid
+to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. The hub's child ends it with signals:
+``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
+it), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
+started. ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the
+open cannot block when the hub and its children are gone at that very moment. End of file on
+``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
+program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
+``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
+launcher gets neither these nor fd 5."""
 
 _NAME: Final = "lizard-guest"
 

@@ -9,12 +9,16 @@ polls the status. Contract:
   ``state_wait_s``); past it, :class:`~lizard_core.errors.StateWaitTimeoutError`. A sandbox
   that is gone (404, a terminal status) is :class:`~lizard_core.errors.SandboxGoneError`; a
   failed pause the platform reports is :class:`~lizard_core.errors.SandboxStateError`. Both
-  are idempotent: pausing a paused session or resuming a running one makes no request.
+  are idempotent: pausing a paused session or resuming a running one makes no request. A wait
+  cut short (Ctrl-C, a cancellation, the timeout) leaves the session consistent: once a pause
+  is sent the session counts its sandbox paused, and the next operation waits for that pause
+  to end and resumes; a resume already sent is awaited, not sent again.
 - **Transparent resume.** The next operation on a session paused by this session resumes it
   first (:meth:`Session.sandbox`); callers never see a 409 for a pause of their own.
 - **Idle pause** (``idle_pause_s``): a thread pauses the sandbox once no operation has been in
   flight for that long. Use counts from an operation's start to its end (guest calls: commands,
-  kernel cells, file operations through the guest) and at each request's start otherwise. A
+  kernel cells, file operations through the guest, SDK calls through ``Session.call`` such as
+  a snapshot or a fork) and at each request's start otherwise. A
   failed idle pause is logged and tried again after another idle period, never raised.
 - **Fresh boots are counted** (:attr:`Pausing.boot_epoch`, with :attr:`Pausing.boot_notice`
   saying why in words fit for a model): a resume, an attach that had to resume, a start from a
@@ -78,6 +82,8 @@ class Pausing:
     _state_wait_s: float
     _state_lock: threading.RLock
     _paused: bool
+    # The status a transition already sent still waits for ("paused", "running"), or None.
+    _pending: str | None
     _boot_epoch: int
     _boot_notice: str | None
     _last_used: float
@@ -88,7 +94,12 @@ class Pausing:
     _extend_due: float | None
     _config: SandboxConfig
 
+    _acquiring: Any
+
     def api_kwargs(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _check_usable(self) -> None:
         raise NotImplementedError
 
     def _extend(self, sandbox: Any) -> None:
@@ -129,14 +140,39 @@ class Pausing:
     def pause(self) -> None:
         """Pause the sandbox: processes end, files stay, billing for compute stops (blocking).
 
-        A session with no sandbox yet makes no request. Operations in flight end with their
-        processes. The next operation resumes the sandbox; :meth:`close` leaves it paused for
+        A session with no sandbox yet makes no request; one that is to attach to a sandbox
+        already paused makes one ``GET`` and leaves it paused. Operations in flight end with
+        their processes. The next operation resumes the sandbox; :meth:`close` leaves it paused for
         another run to attach to.
         """
         with self._lock:
             if self._sandbox is None and self._sandbox_id is None:
                 return
+            self._check_usable()
+            # An attach not yet made: a sandbox already paused is left so, not booted to be
+            # paused again (one GET instead of a resume and a pause).
+            attach_id = None if self._sandbox is not None or self._acquiring else self._sandbox_id
+        if attach_id is not None and self._found_paused(attach_id):
+            return
         self._pause_now(self._acquired(), idle=False)
+
+    def _found_paused(self, attach_id: str) -> bool:
+        """One GET: whether the sandbox to attach to is paused (or pausing, then awaited)."""
+        sandbox = Sandbox(attach_id, **self.api_kwargs())
+        try:
+            with translated(sandbox_id=attach_id):
+                try:
+                    info = self._call_with_retries(sandbox.get_info, idempotent=True)
+                except MALFORMED_ANSWER as exc:
+                    raise malformed_answer("sandbox lookup", exc) from exc
+        except SandboxGoneError:
+            with self._lock:
+                self._gone = True
+            raise
+        status = getattr(info, "status", None)
+        if status == "pausing":
+            self._wait_status(sandbox, "paused")
+        return status in ("paused", "pausing")
 
     async def apause(self) -> None:
         """Async :meth:`pause`; a cancellation waits for the request already sent."""
@@ -156,8 +192,9 @@ class Pausing:
         """One ``GET`` for the status; a resume if paused; a renewal if the lifetime is short.
 
         The lifetime is renewed to the configuration's (one ``set_timeout``) when less than
-        half of that is left (keep-alive's own threshold), or after a resume; a longer one is
-        never shortened, and a sandbox without a deadline is left without one.
+        half of that is left (keep-alive's own threshold), read after a resume (a paused
+        sandbox's lifetime is frozen); a longer one is never shortened, and a sandbox without
+        a deadline is left without one, paused or not.
         """
         sandbox = Sandbox(attach_id, **self.api_kwargs())
         try:
@@ -172,17 +209,18 @@ class Pausing:
                     f"The sandbox {attach_id} no longer exists (its status is {status!r}).",
                     sandbox_id=attach_id,
                 )
-            left_s = _seconds_left(info)
             if status in ("paused", "pausing"):
-                left_s = 0.0  # frozen while paused: renew after the resume
                 if status == "pausing":
                     self._wait_status(sandbox, "paused")
                 with self._lock:
                     self._paused = True
-                self._resume_now(sandbox)
+                info = self._resume_now(sandbox)
             elif status == "resuming":
-                self._wait_status(sandbox, "running")
+                info = self._wait_status(sandbox, "running")
                 self._booted_fresh(RESUMED_NOTICE)
+            # Frozen while paused: what is left is read once it runs again (the running
+            # answer), so that a longer lifetime is not cut to the configuration's.
+            left_s = _seconds_left(info) if info is not None else 0.0
             started = time.monotonic()
             lifetime_s = self._config.lifetime_ms / 1000
             if left_s != _NO_DEADLINE and left_s < lifetime_s / 2:
@@ -213,23 +251,43 @@ class Pausing:
                 ):
                     return  # used again meanwhile
             self._post_transition(sandbox, "pause")
-            self._wait_status(sandbox, "paused")
             with self._lock:
+                # Paused from here on, whatever the wait: an interrupted one must still leave
+                # the next operation resuming, not failing on a paused sandbox.
                 self._paused = True
+                self._pending = "paused"
+            try:
+                self._wait_status(sandbox, "paused")
+            except SandboxStateError:
+                with self._lock:  # the platform says the pause failed: still running
+                    self._paused = False
+                    self._pending = None
+                raise
+            with self._lock:
+                self._pending = None
         _log.debug("paused sandbox %s%s", sandbox.sandbox_id, " (idle)" if idle else "")
 
-    def _resume_now(self, sandbox: Any) -> None:
+    def _resume_now(self, sandbox: Any) -> Any:
+        """Resume if paused; the running sandbox's info, or None if nothing was done."""
         with self._state_lock:
             with self._lock:
                 if not self._paused:
-                    return
-            self._post_transition(sandbox, "resume")
-            self._wait_status(sandbox, "running")
+                    return None
+                pending = self._pending
+            if pending == "paused":  # a pause whose wait was cut short: let it end first
+                self._wait_status(sandbox, "paused")
+            if pending != "running":  # a resume already sent is awaited, not sent again
+                self._post_transition(sandbox, "resume")
+                with self._lock:
+                    self._pending = "running"
+            info = self._wait_status(sandbox, "running")
             with self._lock:
                 self._paused = False
+                self._pending = None
                 self._last_used = time.monotonic()
             self._booted_fresh(RESUMED_NOTICE)
         _log.debug("resumed sandbox %s", sandbox.sandbox_id)
+        return info
 
     def _booted_fresh(self, notice: str) -> None:
         with self._lock:
@@ -246,8 +304,8 @@ class Pausing:
                 sandbox_id=str(sandbox.sandbox_id),
             )
 
-    def _wait_status(self, sandbox: Any, want: str) -> None:
-        """Poll until the sandbox's status is ``want`` (bounded by ``state_wait_s``)."""
+    def _wait_status(self, sandbox: Any, want: str) -> Any:
+        """Poll until the sandbox's status is ``want`` (bounded by ``state_wait_s``); its info."""
         sandbox_id = str(sandbox.sandbox_id)
         deadline = time.monotonic() + self._state_wait_s
         delay = _FIRST_POLL_S
@@ -259,7 +317,7 @@ class Pausing:
                     raise malformed_answer("sandbox lookup", exc) from exc
             status = getattr(info, "status", None)
             if status == want:
-                return
+                return info
             if isinstance(status, str) and status.lower() in GONE_STATUSES:
                 with self._lock:
                     self._gone = True

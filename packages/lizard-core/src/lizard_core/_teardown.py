@@ -76,6 +76,19 @@ class Teardown:
         """Async :meth:`close`."""
         await run_blocking(self._teardown, kill=False)
 
+    def release(self) -> None:
+        """End the session as leaving its ``with`` block does (blocking).
+
+        Destroys the sandbox if this session created it, else stops using it (as
+        :meth:`close`); ``destroy_on_exit`` decides instead when given. A create in flight is
+        waited for first, so a sandbox being created for a racing caller is not left running.
+        """
+        self._teardown(kill=self._exit_should_kill())
+
+    async def arelease(self) -> None:
+        """Async :meth:`release`."""
+        await run_blocking(self.release)
+
     def _teardown(self, *, kill: bool) -> None:
         with self._destroy_lock:
             with self._lock:

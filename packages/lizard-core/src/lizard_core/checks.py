@@ -17,7 +17,14 @@ from collections.abc import Mapping
 from importlib import metadata
 from typing import cast
 
-__all__ = ["check_absolute_path", "check_env", "check_seconds", "check_str_map", "package_version"]
+__all__ = [
+    "check_absolute_path",
+    "check_env",
+    "check_positive_int",
+    "check_seconds",
+    "check_str_map",
+    "package_version",
+]
 
 
 def check_str_map(value: object, *, name: str, env_names: bool = False) -> dict[str, str]:
@@ -57,6 +64,15 @@ def check_seconds(value: object, *, name: str = "timeout") -> float:
     if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a positive finite number of seconds, not {value!r}")
     return float(value)
+
+
+def check_positive_int(value: object, *, name: str) -> int:
+    """A positive ``int`` (a count or a size in bytes; ``bool`` is not a number here)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{name} must be positive, not {value}")
+    return value
 
 
 def check_absolute_path(value: object, *, name: str = "path") -> str:

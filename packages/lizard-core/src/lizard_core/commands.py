@@ -29,7 +29,9 @@ What holds (tested against lizard-local in ``tests/test_commands.py``):
 - **A sandbox gone mid-command** raises :class:`~lizard_core.errors.SandboxGoneError` (see
   :mod:`lizard_core.guest`).
 - **Live output.** ``on_stdout`` / ``on_stderr`` get each chunk as it arrives (spilled output at
-  the end); with :func:`arun_command` in the event loop's thread.
+  the end); with :func:`arun_command` in the event loop's thread. :func:`stream_command` gives
+  the same chunks as a sync or async iterator (:class:`~lizard_core.streaming.OutputStream`)
+  that ends with the :class:`CommandResult`.
 - **Cancellation** (of :func:`arun_command`'s task, or Ctrl-C in :func:`run_command`) stops the
   command's foreground process group, waits for the guest, then propagates. Processes detached
   into a session of their own are not touched.
@@ -67,6 +69,7 @@ from lizard_core.guest import (
     schedule_cleanup,
 )
 from lizard_core.session import Session
+from lizard_core.streaming import Emit, OutputStream
 
 __all__ = [
     "ARGV_BUDGET",
@@ -79,6 +82,7 @@ __all__ = [
     "CommandResult",
     "arun_command",
     "run_command",
+    "stream_command",
 ]
 
 DEFAULT_OUTPUT_LIMIT: Final = 10 * 1024 * 1024
@@ -422,3 +426,40 @@ async def arun_command(
     sandbox = await session.asandbox()
     out, err = loop_callback(on_stdout), loop_callback(on_stderr)
     return await arun_cancellable(lambda cancel: _execute(session, sandbox, spec, out, err, cancel))
+
+
+def stream_command(
+    session: Session,
+    command: str | Sequence[str],
+    *,
+    shell: bool = False,
+    cwd: str | None = None,
+    create_cwd: bool = False,
+    env: Mapping[str, str] | None = None,
+    timeout: float | None = None,
+    output_limit: int = DEFAULT_OUTPUT_LIMIT,
+    input: bytes | None = None,
+    user: str | None = None,
+) -> OutputStream[CommandResult]:
+    """:func:`run_command` as a stream of its output chunks, then its result.
+
+    Arguments are checked now (no request); iterating runs the command, with ``for`` or
+    ``async for``. Stopping the iteration early (cancelling its task, Ctrl-C,
+    :meth:`~lizard_core.streaming.OutputStream.close`) stops the command's process group.
+    What :func:`run_command` raises is raised at the end of the iteration. See
+    :mod:`lizard_core.streaming`.
+    """
+    spec = _validate(command, shell, cwd, create_cwd, env, timeout, output_limit, None, None)
+    spec = _with_input_and_user(spec, input, user)
+
+    def work(sandbox: Any, cancel: Cancellation, emit: Emit) -> CommandResult:
+        return _execute(
+            session,
+            sandbox,
+            spec,
+            lambda data: emit("stdout", data),
+            lambda data: emit("stderr", data),
+            cancel,
+        )
+
+    return OutputStream(session, work)

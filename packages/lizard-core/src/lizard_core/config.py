@@ -46,6 +46,7 @@ from lizard_core.checks import check_str_map, package_version
 from lizard_core.origin import check_origin_id, machine_id, run_id
 
 __all__ = [
+    "CREATION_OPTIONS",
     "DEFAULT_API_URL",
     "DEFAULT_LIFETIME_MS",
     "DEFAULT_TEMPLATE",
@@ -62,6 +63,7 @@ __all__ = [
     "SandboxConfig",
     "SandboxOptions",
     "Size",
+    "refuse_creation_options",
 ]
 
 Size = Literal["nano", "mini", "small", "medium", "large", "big"]
@@ -537,3 +539,26 @@ class SandboxOptions(BasicSandboxOptions, total=False):
     """False: the sandbox has no internet access."""
     allowed_hosts: Sequence[str] | None
     """With no internet, the hosts that stay reachable (at most 50)."""
+
+
+CREATION_OPTIONS: Final = (
+    "template",
+    "size",
+    "lifetime_ms",
+    "region",
+    "metadata",
+    "envs",
+    "internet_access",
+    "allowed_hosts",
+)
+"""The :class:`SandboxOptions` that shape a new sandbox, which attaching to one cannot apply."""
+
+
+def refuse_creation_options(options: Mapping[str, object], *, by: str = "this object") -> None:
+    """Raise ValueError naming each of :data:`CREATION_OPTIONS` found in ``options``.
+
+    For an adapter given a sandbox id: ignoring them (``internet_access=False`` above all)
+    would be silent.
+    """
+    if given := sorted(name for name in CREATION_OPTIONS if name in options):
+        raise ValueError(f"{', '.join(given)} apply only to a sandbox {by} creates")

@@ -12,8 +12,9 @@ What holds (tested against lizard-local in ``tests/test_files.py``):
 - **Operations.** :meth:`SandboxFiles.write_bytes` writes through symlinks, creates parents and
   replaces a regular file atomically, keeping its mode and owner. :meth:`SandboxFiles.stat` and
   :meth:`SandboxFiles.list_dir` follow symlinks for ``is_dir`` and ``size``.
-  :meth:`SandboxFiles.make_dir` is ``mkdir -p``. :meth:`SandboxFiles.remove` refuses ``/``, the
-  protected directories and their ancestors (after resolving symlinks) with ValueError.
+  :meth:`SandboxFiles.make_dir` is ``mkdir -p``. :meth:`SandboxFiles.remove` (with
+  ``recursive=False``, no directory) refuses ``/``, the protected directories and their
+  ancestors (after resolving symlinks) with ValueError.
   :meth:`SandboxFiles.realpath` is ``os.path.realpath`` in the sandbox.
 - **Cost.** One request per operation in the common case: one exec for the metadata operations
   and for writes up to :data:`WRITE_INLINE`; one ``GET files`` for
@@ -37,7 +38,7 @@ import os
 import posixpath
 import uuid
 import zlib
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import AsyncGenerator, Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
@@ -149,6 +150,12 @@ def _http_safe(path: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def _check_flag(value: object) -> bool:
+    if type(value) is not bool:
+        raise TypeError("recursive must be a bool")
+    return value
 
 
 def _check_data(data: object) -> bytes:
@@ -396,8 +403,11 @@ class SandboxFiles:
                 f"Wrote {final.get(AgentEnd.COUNT)} of {expected} bytes to {path}."
             )
 
-    def _remove(self, sandbox: Any, path: str) -> None:
-        final = self._op(sandbox, {"op": "remove", "path": path, "protect": list(self._protected)})
+    def _remove(self, sandbox: Any, path: str, recursive: bool = True) -> None:
+        request: dict[str, Any] = {"op": "remove", "path": path, "protect": list(self._protected)}
+        if not recursive:
+            request["tree"] = False
+        final = self._op(sandbox, request)
         refused = final.get(AgentEnd.REFUSED)
         if refused is not None:
             raise ValueError(
@@ -449,10 +459,13 @@ class SandboxFiles:
         path = _check_path(path)
         self._op(self._session.sandbox(), {"op": "mkdir", "path": path})
 
-    def remove(self, path: str) -> None:
-        """Remove a file, a symlink (not its target) or a directory tree."""
+    def remove(self, path: str, *, recursive: bool = True) -> None:
+        """Remove a file, a symlink (not its target) or a directory tree.
+
+        With ``recursive=False`` a directory is refused (IsADirectoryError), as ``os.remove`` does.
+        """
         path = self._remove_checked(path)
-        self._remove(self._session.sandbox(), path)
+        self._remove(self._session.sandbox(), path, _check_flag(recursive))
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists, following symlinks."""
@@ -479,7 +492,7 @@ class SandboxFiles:
         path = _check_path(path)
         return await self._arun(self._read_bytes, path)
 
-    async def aiter_bytes(self, path: str) -> AsyncIterator[bytes]:
+    async def aiter_bytes(self, path: str) -> AsyncGenerator[bytes, None]:
         """Async :meth:`iter_bytes`: each piece is fetched in a worker thread."""
         path = _check_path(path)
         sandbox = await self._session.asandbox()
@@ -499,6 +512,15 @@ class SandboxFiles:
         data = _check_data(data)
         await self._arun(self._write_chunks, path, (data,))
 
+    async def awrite_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
+        """Async :meth:`write_chunks`.
+
+        ``chunks`` is iterated in a worker thread, one piece at a time, so a blocking source (a
+        file being read) never holds the event loop or the whole file.
+        """
+        path = _check_path(path)
+        await self._arun(self._write_chunks, path, chunks)
+
     async def astat(self, path: str) -> FileStat:
         """Async :meth:`stat`."""
         return await self._arun(self._stat, _check_path(path))
@@ -512,9 +534,9 @@ class SandboxFiles:
         path = _check_path(path)
         await self._arun(lambda sandbox, p: self._op(sandbox, {"op": "mkdir", "path": p}), path)
 
-    async def aremove(self, path: str) -> None:
+    async def aremove(self, path: str, *, recursive: bool = True) -> None:
         """Async :meth:`remove`."""
-        await self._arun(self._remove, self._remove_checked(path))
+        await self._arun(self._remove, self._remove_checked(path), _check_flag(recursive))
 
     async def aexists(self, path: str) -> bool:
         """Async :meth:`exists`."""
@@ -549,6 +571,9 @@ def _rechunk(pieces: Iterable[bytes]) -> Iterator[bytes]:
                 continue
             yield bytes(buffer)
             buffer = bytearray()
+        if start == 0 and len(view) == CHUNK_SIZE and type(piece) is bytes:
+            yield piece  # already a chunk: no copy (a streamed upload reads exactly these)
+            continue
         while len(view) - start >= CHUNK_SIZE:
             yield bytes(view[start : start + CHUNK_SIZE])
             start += CHUNK_SIZE

@@ -11,7 +11,9 @@ with a volume cannot be forked (409). Contract (``tests/test_forks.py``, against
 - Each copy is a :class:`~lizard_core.session.Session` that created its sandbox (destroyed on
   ``with`` exit), with the source's configuration, keep-alive and idle pause, and a lifetime of
   its own (the configuration's). All or nothing: if any copy could not be made, the ones that
-  were are destroyed and the error says how many failed and why.
+  were are destroyed and the error says how many failed and why; an interrupt (Ctrl-C) or an
+  unusable answer while the copies are taken in destroys every copy too; so does one while the
+  fork's answer is awaited (the request runs in a worker thread that outlives the interrupt).
 - Kernels carry over where the platform keeps memory: a fork's kernel is keyed by its lineage
   (:attr:`Session.lineage_id`), so it finds its source's running kernel. Where memory is not
   kept (lizard-local), the copy boots fresh and its kernel's first cell reports the state
@@ -24,6 +26,7 @@ import contextlib
 from typing import Any, Final
 
 from lizard_core._bridge import run_blocking
+from lizard_core._uninterrupted import uninterrupted
 from lizard_core.errors import LizardIntegrationError, SandboxStateError
 from lizard_core.session import Session
 
@@ -56,11 +59,20 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
     if session.volume is not None:
         raise SandboxStateError(_VOLUME_REFUSAL, code="FORK_VOLUME")
     sandbox = session.sandbox()
+    answer, interrupted = uninterrupted(
+        lambda: session.call(sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms),
+        name="lizard-core-fork",
+    )
+    if interrupted is not None:
+        # Ctrl-C while the answer was awaited: the copies exist and only it names them.
+        if answer.exception() is None:
+            _kill_all([], [getattr(r, "sandbox", None) for r in answer.result() or ()])
+        raise interrupted
     try:
-        results: list[Any] = session.call(
-            sandbox.fork, count=count, timeout_ms=session.config.lifetime_ms
-        )
+        results: list[Any] = answer.result()
     except SandboxStateError as error:
+        if error.code != "FORK_VOLUME" and "volume" not in error.message.lower():
+            raise  # paused, busy...: its own class and words say why
         raise SandboxStateError(
             f"Lizard refused to fork sandbox {sandbox.sandbox_id}: {error.message} "
             f"({_VOLUME_REFUSAL})",
@@ -69,23 +81,37 @@ def fork_sessions(session: Session, count: int = 1) -> list[Session]:
         ) from error
     copies: list[Session] = []
     failures: list[str] = []
-    for result in results or ():
-        handle = getattr(result, "sandbox", None)
-        if handle is None:
-            failures.append(str(getattr(result, "error", None) or "fork failed")[:300])
-            continue
-        copies.append(session.adopt_copy(handle, FORKED_NOTICE))
+    handles = [getattr(result, "sandbox", None) for result in results or ()]
+    try:
+        for result, handle in zip(results or (), handles, strict=True):
+            if handle is None:
+                failures.append(str(getattr(result, "error", None) or "fork failed")[:300])
+                continue
+            copies.append(session.adopt_copy(handle, FORKED_NOTICE))
+    except BaseException:
+        # Ctrl-C or an unusable answer while the copies were taken in: none may go on billing.
+        _kill_all(copies, handles[len(copies) + len(failures) :])
+        raise
     if failures or len(copies) != count:
-        for copy in copies:
-            # The error below matters more; a copy that will not die ends with its lifetime.
-            with contextlib.suppress(LizardIntegrationError):
-                copy.destroy()
+        _kill_all(copies, [])
         reason = failures[0] if failures else "the platform answered fewer copies"
         raise LizardIntegrationError(
             f"{count - len(copies)} of {count} forks of sandbox {sandbox.sandbox_id} failed: "
             f"{reason}. The copies that were made have been destroyed."
         )
     return copies
+
+
+def _kill_all(copies: list[Session], handles: list[Any]) -> None:
+    """Destroy the copies taken in and kill the raw handles not yet taken (best effort)."""
+    for copy in copies:
+        # The error being raised matters more; a copy that will not die ends with its lifetime.
+        with contextlib.suppress(LizardIntegrationError):
+            copy.destroy()
+    for handle in handles:
+        if handle is not None:
+            with contextlib.suppress(Exception):
+                handle.kill()
 
 
 async def afork_sessions(session: Session, count: int = 1) -> list[Session]:

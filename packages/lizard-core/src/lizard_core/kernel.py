@@ -77,6 +77,7 @@ from lizard_core.guest import (
     schedule_cleanup,
 )
 from lizard_core.session import Session
+from lizard_core.streaming import Emit, OutputStream
 
 __all__ = [
     "DEFAULT_GRACE_S",
@@ -262,6 +263,24 @@ class Kernel(ClosesOnExit):
         callback = _in_loop(_callback(on_output))
         sandbox = await self._session.asandbox()
         return await arun_cancellable(lambda cancel: self._call(sandbox, body, callback, cancel))
+
+    def stream(
+        self, code: str, *, timeout: float, env: Mapping[str, str] | None = None
+    ) -> OutputStream[ExecutionResult]:
+        """:meth:`execute` as a stream of its output (UTF-8 chunks), then its result.
+
+        Iterate with ``for`` or ``async for`` (see :mod:`lizard_core.streaming`); stopping the
+        iteration early interrupts the cell as cancelling :meth:`aexecute` does.
+        """
+        body = self._cell_body(code, timeout, env)
+
+        def work(sandbox: Any, cancel: Cancellation, emit: Emit) -> ExecutionResult:
+            def on_output(stream: str, text: str) -> None:
+                emit("stderr" if stream == "stderr" else "stdout", text.encode())
+
+            return self._call(sandbox, body, on_output, cancel)
+
+        return OutputStream(self._session, work)
 
     def install(
         self,

@@ -17,9 +17,9 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   :class:`~lizard_core.errors.SandboxGoneError` on every use; nothing is created.
 - **Attach whatever the state.** Attaching is one ``GET`` for the status, a resume (bounded
   wait) when the sandbox is paused, and one ``set_timeout`` that renews its lifetime to the
-  configuration's when less than half of it is left or after a resume (never shortening it; a
-  sandbox without a deadline keeps none), so a sandbox picked up by a later run does not
-  expire under it.
+  configuration's when less than half of it is left (read after the resume for a paused one,
+  whose lifetime was frozen; never shortening it; a sandbox without a deadline keeps none), so
+  a sandbox picked up by a later run does not expire under it.
 - **Pause and resume** (:mod:`lizard_core._pausing`): explicit, or after ``idle_pause_s`` idle
   seconds; the next operation resumes transparently; fresh boots are counted for the kernel.
 - **Copies.** ``snapshot_id`` starts the sandbox from a snapshot (:mod:`lizard_core.snapshots`),
@@ -31,6 +31,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
 - **Context managers** make no request on entry. On exit (``destroy_on_exit=None``) the
   sandbox is destroyed only if this session created it; ``True`` or ``False`` decide for both.
   A failure to destroy is raised, or attached as a note to the block's own exception.
+  :meth:`Session.release` ends the session the same way, for adapters with a ``close()``: a
+  create in flight is waited for, then destroyed.
 - **Keep-alive** (``keep_alive=True``): a sandbox in use does not expire, an idle one still
   does (:mod:`lizard_core._keep_alive`).
 - **Is it still there?** :meth:`Session.check_alive` (one ``GET``, failure paths only) records a
@@ -185,6 +187,7 @@ class Session(KeepAlive, Pausing, Teardown):
         self._volume_size_gb = volume_size_gb
         self._state_lock = threading.RLock()  # serialises pause and resume
         self._paused = False
+        self._pending: str | None = None
         self._boot_epoch = 0
         self._boot_notice: str | None = None
         self._last_used = time.monotonic()
@@ -283,7 +286,11 @@ class Session(KeepAlive, Pausing, Teardown):
         """
         sandbox = self._acquired()
         self._ensure_running(sandbox)
-        self._maybe_extend(sandbox)
+        if self._idle_pause_s is None:
+            self._maybe_extend(sandbox)
+        else:
+            with self.in_use():  # a slow extension is use: no idle pause before the operation
+                self._maybe_extend(sandbox)
         return sandbox
 
     def _acquired(self) -> Any:
@@ -331,7 +338,11 @@ class Session(KeepAlive, Pausing, Teardown):
             break
         if self._idle_pause_s is not None or self._paused:
             await run_blocking(self._ensure_running, sandbox)
-        await self._amaybe_extend(sandbox)
+        if self._idle_pause_s is None:
+            await self._amaybe_extend(sandbox)
+        else:
+            with self.in_use():  # a slow extension is use: no idle pause before the operation
+                await self._amaybe_extend(sandbox)
         return sandbox
 
     def _check_usable(self) -> None:
@@ -522,15 +533,17 @@ class Session(KeepAlive, Pausing, Teardown):
         ``idempotent=True`` allows retries on transient failures (see
         :class:`~lizard_core._retry.RetryPolicy`); leave it False for anything that must not
         run twice. Exceptions of the ``passthrough`` types (e.g. ``lizard.NotFoundError`` for
-        a file read) propagate untranslated. Counts as use for keep-alive.
+        a file read) propagate untranslated. Counts as use for keep-alive, and is in flight
+        until it returns: an idle pause never comes under it (a snapshot or fork takes time).
         """
         with self._lock:
             sandbox = self._sandbox
         if sandbox is not None:
             self._maybe_extend(sandbox)
-        return self._call_with_retries(
-            fn, *args, idempotent=idempotent, passthrough=passthrough, **kwargs
-        )
+        with self.in_use():
+            return self._call_with_retries(
+                fn, *args, idempotent=idempotent, passthrough=passthrough, **kwargs
+            )
 
     async def acall(
         self,
@@ -546,10 +559,11 @@ class Session(KeepAlive, Pausing, Teardown):
             sandbox = self._sandbox
         if sandbox is not None:
             await self._amaybe_extend(sandbox)
-        for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
-            with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
-                return await run_blocking(fn, *args, **kwargs)
-            await anyio.sleep(attempt.delay)
+        with self.in_use():
+            for attempt in attempts(self._retry, idempotent=idempotent, name=_name(fn)):
+                with attempt, translated(sandbox_id=self._sandbox_id, passthrough=passthrough):
+                    return await run_blocking(fn, *args, **kwargs)
+                await anyio.sleep(attempt.delay)
         raise AssertionError("unreachable: attempts() is endless")
 
     def _call_with_retries(

@@ -11,14 +11,17 @@ until deleted. Contract (``tests/test_snapshots.py``, against lizard-local):
   version, the caller's labels such as a run id) URL-encoded. :attr:`SnapshotRecord.tags` reads
   them back; a name without the mark has no tags.
 - :func:`take_snapshot` is one ``POST`` (never retried: a second would make a second
-  snapshot), then ``GET``\\ s until it is ``ready`` (bounded by ``wait_s``;
-  :class:`~lizard_core.errors.StateWaitTimeoutError` past it, a failed one is a
-  :class:`~lizard_core.errors.SandboxStateError`).
+  snapshot; sent from a worker thread, so that Ctrl-C while its answer is awaited deletes the
+  snapshot made rather than leaving it billed unseen), then ``GET``\\ s until it is ``ready``
+  (bounded by ``wait_s``; :class:`~lizard_core.errors.StateWaitTimeoutError` past it, a failed
+  one is a :class:`~lizard_core.errors.SandboxStateError`).
 - A session starts from one with ``Session(config, snapshot_id=...)``: a create with the
   snapshot, carrying the configuration's tags, envs and lifetime; its kernel reports its state
   as lost on the first cell (the snapshot holds files, not memory).
 - :func:`find_snapshots` is one ``GET`` of the account's snapshots, kept by tags (every pair
-  must match) and age (``older_than_s``); entries without a usable id are skipped.
+  must match), by the origin tags (``integration``, ``run_id``, ``machine_id``, as
+  :func:`~lizard_core.inventory.find_sandboxes`) and age (``older_than_s``; an undated one is
+  never older); entries without a usable id are skipped.
   :func:`delete_snapshots` deletes each (one ``DELETE``, retried; a 404 counts as done) and
   raises the first error only after trying all.
 - Names and ids are checked before any request; every function has an ``a``-prefixed coroutine.
@@ -26,6 +29,7 @@ until deleted. Contract (``tests/test_snapshots.py``, against lizard-local):
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterable, Mapping
@@ -39,8 +43,14 @@ from lizard import Sandbox
 
 from lizard_core._bridge import run_blocking
 from lizard_core._platform_calls import NOT_FOUND, retried
+from lizard_core._uninterrupted import uninterrupted
 from lizard_core.checks import check_seconds
-from lizard_core.config import SandboxConfig
+from lizard_core.config import (
+    METADATA_INTEGRATION_KEY,
+    METADATA_MACHINE_KEY,
+    METADATA_RUN_KEY,
+    SandboxConfig,
+)
 from lizard_core.errors import (
     LizardIntegrationError,
     SandboxStateError,
@@ -68,7 +78,9 @@ TAG_MARK: Final = "#lizard?"
 DEFAULT_SNAPSHOT_WAIT_S: Final = 660.0
 """How long :func:`take_snapshot` waits for ``ready`` (the platform allows a snapshot 10 min)."""
 MAX_LABEL: Final = 100
-MAX_NAME: Final = 512
+MAX_NAME: Final = 200
+"""The longest name sent, tags included: lizard-local's bound (lizard-sdk documents none), so
+that a name too long fails here, before the snapshot, not as a 400 after it."""
 _ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -160,11 +172,23 @@ def take_snapshot(
 
     The sandbox keeps running. Returns once the snapshot is ready.
     """
+    from lizard_core.session import Session  # the session module imports this one
+
+    if not isinstance(session, Session):
+        raise TypeError(f"session must be a Session, not {type(session).__name__}")
     full_name = snapshot_name(name, session.config.sandbox_metadata)
     wait_s = check_seconds(wait_s, name="wait_s")
     sandbox = session.sandbox()
-    answer = session.call(sandbox.snapshot, full_name)
-    record = _record(answer)
+    sent, interrupted = uninterrupted(
+        lambda: session.call(sandbox.snapshot, full_name), name="lizard-core-snapshot"
+    )
+    if interrupted is not None:
+        # Ctrl-C while the answer was awaited: the snapshot exists and only it names it.
+        made = _record(sent.result()) if sent.exception() is None else None
+        if made is not None:
+            _delete_quietly(session.config, made.snapshot_id)
+        raise interrupted
+    record = _record(sent.result())
     if record is None:
         raise LizardIntegrationError("Lizard answered the snapshot without a usable id.")
     deadline = time.monotonic() + wait_s
@@ -186,36 +210,60 @@ def take_snapshot(
     return record
 
 
+def _delete_quietly(config: SandboxConfig, snapshot_id: str) -> None:
+    """Delete a snapshot nobody will be told of (best effort: an error here matters less)."""
+    with contextlib.suppress(LizardIntegrationError):
+        delete_snapshots(config, [snapshot_id])
+
+
 def find_snapshots(
     config: SandboxConfig,
     tags: Mapping[str, str] | None = None,
     *,
+    integration: str | None = None,
+    run_id: str | None = None,
+    machine_id: str | None = None,
     older_than_s: float | None = None,
 ) -> list[SnapshotRecord]:
-    """The account's snapshots whose tags hold every pair of ``tags`` (blocking).
+    """The account's snapshots that match every filter given (blocking).
 
-    ``older_than_s`` keeps those taken at least that many seconds ago (an undated one is kept).
+    ``tags``: pairs the snapshot's tags must hold. ``integration``, ``run_id``, ``machine_id``:
+    the origin tags every snapshot :func:`take_snapshot` makes carries (e.g.
+    ``run_id=config.run_id`` for this run's), as :func:`lizard_core.inventory.find_sandboxes`
+    takes them. ``older_than_s`` keeps those taken at least that many seconds ago; one whose
+    time the platform did not say is never "older" (a cleanup by age must not take it).
     """
     if not isinstance(config, SandboxConfig):
         raise TypeError(f"config must be a SandboxConfig, not {type(config).__name__}")
     wanted = dict(tags or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in wanted.items()):
         raise TypeError("tags must map str to str")
+    for key, value in (
+        (METADATA_INTEGRATION_KEY, integration),
+        (METADATA_RUN_KEY, run_id),
+        (METADATA_MACHINE_KEY, machine_id),
+    ):
+        if value is not None:
+            if not isinstance(value, str):
+                raise TypeError(f"{key} must be a str or None, not {type(value).__name__}")
+            wanted[key] = value
     if older_than_s is not None:
         older_than_s = check_seconds(older_than_s, name="older_than_s")
     raws = retried(Sandbox.my_snapshots, (), config.api_kwargs())
     records = [r for r in map(_record, raws if isinstance(raws, list) else ()) if r]
-    now = datetime.now(UTC)
-    return [
-        r
-        for r in records
-        if all(r.tags.get(k) == v for k, v in wanted.items())
-        and (
-            older_than_s is None
-            or r.created_at is None
-            or (now - r.created_at).total_seconds() >= older_than_s
-        )
-    ]
+    return [r for r in records if _matches(r, wanted, older_than_s=older_than_s)]
+
+
+def _matches(
+    record: SnapshotRecord, wanted: Mapping[str, str], *, older_than_s: float | None
+) -> bool:
+    if not all(record.tags.get(k) == v for k, v in wanted.items()):
+        return False
+    if older_than_s is None:
+        return True
+    if record.created_at is None:
+        return False
+    return (datetime.now(UTC) - record.created_at).total_seconds() >= older_than_s
 
 
 def delete_snapshots(config: SandboxConfig, snapshot_ids: Iterable[str]) -> list[str]:
@@ -252,10 +300,22 @@ async def afind_snapshots(
     config: SandboxConfig,
     tags: Mapping[str, str] | None = None,
     *,
+    integration: str | None = None,
+    run_id: str | None = None,
+    machine_id: str | None = None,
     older_than_s: float | None = None,
 ) -> list[SnapshotRecord]:
     """Async :func:`find_snapshots`."""
-    return await run_blocking(lambda: find_snapshots(config, tags, older_than_s=older_than_s))
+    return await run_blocking(
+        lambda: find_snapshots(
+            config,
+            tags,
+            integration=integration,
+            run_id=run_id,
+            machine_id=machine_id,
+            older_than_s=older_than_s,
+        )
+    )
 
 
 async def adelete_snapshots(config: SandboxConfig, snapshot_ids: Iterable[str]) -> list[str]:

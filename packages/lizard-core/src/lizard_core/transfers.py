@@ -25,14 +25,31 @@ Contract (proven against lizard-local in ``tests/test_transfers.py``):
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import os
 import posixpath
-from collections.abc import Iterable, Sequence
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import BinaryIO
 
-from lizard_core.files import SandboxFiles
+from lizard_core._bridge import run_blocking
+from lizard_core.checks import check_absolute_path
+from lizard_core.files import CHUNK_SIZE, SandboxFiles
 
-__all__ = ["Transfer", "aread_each", "awrite_each", "read_each", "write_each"]
+__all__ = [
+    "Transfer",
+    "adownload_file",
+    "aread_each",
+    "aupload_file",
+    "awrite_each",
+    "download_file",
+    "read_each",
+    "upload_file",
+    "write_each",
+]
 
 
 @dataclass(frozen=True)
@@ -134,3 +151,121 @@ async def aread_each(files: SandboxFiles, paths: Iterable[str]) -> list[Transfer
                 error = failure
         done.append(Transfer(path, error=error))
     return done
+
+
+def _local_path(path: object) -> str:
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(f"the local path must be a str or os.PathLike, not {type(path).__name__}")
+    local = os.fsdecode(os.fspath(path))
+    if not local or "\0" in local:
+        raise ValueError("the local path must be non-empty and without NUL")
+    return local
+
+
+def _read_pieces(handle: BinaryIO) -> Iterator[bytes]:
+    while piece := handle.read(CHUNK_SIZE):
+        yield piece
+
+
+def _check_regular(path: str) -> None:
+    """Refuse what is not a regular file before opening it (a FIFO would block the open)."""
+    mode = os.stat(path).st_mode  # FileNotFoundError, PermissionError, ...
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "Is a directory", path)
+    if not stat.S_ISREG(mode):
+        raise OSError(errno.EINVAL, "not a regular file", path)
+
+
+def _new_file_mode(path: str) -> int:
+    """The mode the download gets: the replaced file's, else ``0o666`` under the umask."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        pass
+    try:  # read, not set: os.umask() would change it for every thread meanwhile
+        with open("/proc/self/status", encoding="ascii") as status:
+            umask = next(int(line.split()[1], 8) for line in status if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        umask = 0o022
+    return 0o666 & ~umask
+
+
+def upload_file(files: SandboxFiles, local: str | os.PathLike[str], remote: str) -> int:
+    """Copy the local regular file ``local`` to ``remote`` in the sandbox, streamed (blocking).
+
+    Parents are created and an existing file is replaced atomically. Returns the bytes sent.
+    A missing or unreadable local file is its builtin ``OSError``, before any request.
+    """
+    path = _local_path(local)
+    check_absolute_path(remote)
+    _check_regular(path)
+    with open(path, "rb") as handle:
+        sent = 0
+
+        def counted() -> Iterator[bytes]:
+            nonlocal sent
+            for piece in _read_pieces(handle):
+                sent += len(piece)
+                yield piece
+
+        files.write_chunks(remote, counted())
+    return sent
+
+
+def download_file(
+    files: SandboxFiles,
+    remote: str,
+    local: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+) -> int:
+    """Copy ``remote`` from the sandbox to the local file ``local``, streamed (blocking).
+
+    The target is replaced only once the whole file arrived (a temporary file in its directory,
+    then a rename); on any failure it is left as it was. Returns the bytes written. A file
+    larger than ``max_bytes`` is a :class:`ValueError` (nothing is left behind).
+    """
+    path = _local_path(local)
+    check_absolute_path(remote)
+    if max_bytes is not None and (
+        isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 0
+    ):
+        raise ValueError(f"max_bytes must be a non-negative int or None, not {max_bytes!r}")
+    directory = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "the local target is a directory", path)
+    mode = _new_file_mode(path)
+    fd, partial = tempfile.mkstemp(dir=directory, prefix=".lizard-download-")
+    try:
+        written = 0
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), mode)
+            for piece in files.iter_bytes(remote):
+                written += len(piece)
+                if max_bytes is not None and written > max_bytes:
+                    raise ValueError(
+                        f"{remote} in the sandbox is larger than max_bytes ({max_bytes} bytes)"
+                    )
+                handle.write(piece)
+        os.replace(partial, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(partial)
+        raise
+    return written
+
+
+async def aupload_file(files: SandboxFiles, local: str | os.PathLike[str], remote: str) -> int:
+    """Async :func:`upload_file`; a cancellation waits for the transfer already under way."""
+    return await run_blocking(upload_file, files, local, remote)
+
+
+async def adownload_file(
+    files: SandboxFiles,
+    remote: str,
+    local: str | os.PathLike[str],
+    *,
+    max_bytes: int | None = None,
+) -> int:
+    """Async :func:`download_file`; a cancellation waits for the transfer already under way."""
+    return await run_blocking(download_file, files, remote, local, max_bytes=max_bytes)

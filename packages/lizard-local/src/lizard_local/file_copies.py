@@ -8,6 +8,12 @@ modes, owners, times and symbolic links (never followed), make FIFOs anew and le
 and device nodes, which a fresh boot makes again. A file that vanishes while a running sandbox
 is copied is left out, as a crash-consistent copy of a disk would.
 
+The sandbox's own processes may change its files while they are copied, so nothing is read by
+path: each directory is opened relative to its parent's descriptor with ``O_NOFOLLOW``, each
+file likewise (``O_NONBLOCK`` too, and kept only if it is still a regular file), so a
+directory swapped for a link to a host path mid-copy is never followed out of the root.
+Directories nest at most :data:`MAX_DEPTH` deep (one open descriptor each); deeper is a 409.
+
 What is not copied: ``/etc``'s changes (copy-on-write in a tmpfs of the sandbox's namespace),
 ``/run`` and ``/dev/shm`` (tmpfs, empty after any boot), and a volume at ``/workspace`` (a
 volume is not part of its sandbox).
@@ -16,13 +22,24 @@ volume is not part of its sandbox).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from pathlib import Path
+from typing import Final
 
-__all__ = ["copy_files", "writable_dirs"]
+from lizard_local.http import ApiError
+
+__all__ = ["MAX_DEPTH", "copy_files", "writable_dirs"]
+
+MAX_DEPTH: Final = 200
+"""How deep the copied directories may nest."""
 
 _HOST_MODE_DIRS = ("tmp", "root", "home-user", "workspace")
+_DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS: Final = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+# What an open of a name swapped meanwhile (for a link, a file, nothing) fails with.
+_SWAPPED: Final = frozenset({errno.ELOOP, errno.ENOTDIR, errno.ENOENT, errno.ENXIO})
 
 
 def writable_dirs(namespace: bool) -> tuple[str, ...]:
@@ -33,49 +50,74 @@ def writable_dirs(namespace: bool) -> tuple[str, ...]:
 def copy_files(source_base: Path, target_base: Path, namespace: bool) -> None:
     """Copy the sandbox files under ``source_base`` into ``target_base`` (merging directories)."""
     for name in writable_dirs(namespace):
-        src = source_base / name
-        if src.is_dir():
-            _copy_tree(str(src), str(target_base / name))
+        fd = _open(str(source_base / name), _DIR_FLAGS, None)
+        if fd is None:
+            continue
+        try:
+            _copy_dir(fd, str(target_base / name), 0)
+        finally:
+            os.close(fd)
 
 
-def _copy_tree(src: str, dst: str) -> None:
-    st = os.lstat(src)
+def _open(name: str, flags: int, dir_fd: int | None) -> int | None:
+    """The descriptor, or None when the name is no longer what the flags allow."""
+    try:
+        return os.open(name, flags, dir_fd=dir_fd)
+    except OSError as error:
+        if error.errno in _SWAPPED:
+            return None
+        raise
+
+
+def _copy_dir(fd: int, dst: str, depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise ApiError(
+            409,
+            f"The sandbox's files nest more than {MAX_DEPTH} directories deep; they cannot be "
+            "copied.",
+            "FILES_TOO_DEEP",
+        )
+    st = os.fstat(fd)
     with contextlib.suppress(FileExistsError):
         os.mkdir(dst, 0o700)
-    try:
-        entries = list(os.scandir(src))
-    except FileNotFoundError:
-        entries = []
-    for entry in entries:
-        target = os.path.join(dst, entry.name)
-        try:
-            _copy_entry(entry, target)
-        except FileNotFoundError:
-            continue  # removed while we copied
+    with os.scandir(fd) as listing:
+        names = [entry.name for entry in listing]
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):  # removed while we copied
+            _copy_entry(fd, name, os.path.join(dst, name), depth)
     _copy_meta(dst, st)
 
 
-def _copy_entry(entry: os.DirEntry[str], target: str) -> None:
-    st = entry.stat(follow_symlinks=False)
+def _copy_entry(parent: int, name: str, target: str, depth: int) -> None:
+    st = os.stat(name, dir_fd=parent, follow_symlinks=False)
     mode = st.st_mode
     if stat.S_ISDIR(mode):
-        _copy_tree(entry.path, target)
+        fd = _open(name, _DIR_FLAGS, parent)
+        if fd is not None:
+            try:
+                _copy_dir(fd, target, depth + 1)
+            finally:
+                os.close(fd)
         return
     if os.path.lexists(target):
         if os.path.isdir(target) and not os.path.islink(target):
             return
         os.unlink(target)
     if stat.S_ISLNK(mode):
-        os.symlink(os.readlink(entry.path), target)
+        os.symlink(os.readlink(name, dir_fd=parent), target)
         with contextlib.suppress(OSError):
             os.lchown(target, st.st_uid, st.st_gid)
         return
     if stat.S_ISFIFO(mode):
         os.mkfifo(target, 0o600)
     elif stat.S_ISREG(mode):
-        # O_NOFOLLOW: the entry was a regular file when listed; never follow a swapped-in link.
-        fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = _open(name, _FILE_FLAGS, parent)
+        if fd is None:
+            return
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return  # swapped for a FIFO or a device since it was listed
             with open(fd, "rb", closefd=False) as fin, open(target, "wb") as fout:
                 while chunk := fin.read(1 << 20):
                     fout.write(chunk)

@@ -114,13 +114,22 @@ class LifecycleRoutes:
         if sb.volume is not None:
             raise ApiError(409, "A sandbox with a volume attached cannot be forked", "FORK_VOLUME")
         out: list[dict[str, Any]] = []
-        for _ in range(count):
-            try:
-                copy = await self.registry.fork(sb, timeout_ms)
-            except ApiError as exc:
-                out.append({"error": exc.message})
-                continue
-            out.append({"sandbox": copy.record(), "processesCloned": False, "note": FORK_NOTE})
+        made: list[str] = []
+        try:
+            for _ in range(count):
+                try:
+                    copy = await self.registry.fork(sb, timeout_ms)
+                except ApiError as exc:
+                    out.append({"error": exc.message})
+                    continue
+                made.append(copy.id)
+                out.append({"sandbox": copy.record(), "processesCloned": False, "note": FORK_NOTE})
+        except BaseException:
+            # A host fault or a client gone mid-fork: the caller never learns these ids, so
+            # none of the copies may outlive the request.
+            for sandbox_id in made:
+                await self.registry.kill(sandbox_id)
+            raise
         return json_response(out, 201)
 
     async def snapshot(self, req: Request) -> Response:

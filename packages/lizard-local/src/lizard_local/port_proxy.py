@@ -7,6 +7,11 @@ first request of each connection is checked (its head read up to :data:`MAX_HEAD
 without the token it is answered 401 and the connection closed, with it the connection is
 relayed both ways to ``127.0.0.1:<port>``, where a sandbox with internet shares the host's
 network. A ``?lizard_token=`` request gets a ``lizard_token`` cookie, and the cookie counts.
+
+Bounded: at most :data:`MAX_CONNECTIONS` connections at once per exposed port (more are
+answered 503 and closed), and a request head that has not arrived within
+:data:`HEAD_TIMEOUT_S` closes its connection, so idle or slow clients cannot hold sockets and
+tasks without end.
 """
 
 from __future__ import annotations
@@ -16,9 +21,13 @@ import contextlib
 import hmac
 from urllib.parse import parse_qs, urlsplit
 
-__all__ = ["MAX_HEAD", "PortProxy"]
+__all__ = ["HEAD_TIMEOUT_S", "MAX_CONNECTIONS", "MAX_HEAD", "PortProxy"]
 
 MAX_HEAD = 64 * 1024
+MAX_CONNECTIONS = 64
+"""Connections one exposed port serves at once."""
+HEAD_TIMEOUT_S = 10.0
+"""How long a connection may take to send its first request's head."""
 _COOKIE = "lizard_token"
 
 
@@ -46,9 +55,18 @@ def _token_of(head: bytes) -> tuple[str | None, bool]:
 class PortProxy:
     """One exposed port of one sandbox."""
 
-    def __init__(self, port: int, token: str) -> None:
+    def __init__(
+        self,
+        port: int,
+        token: str,
+        *,
+        max_connections: int = MAX_CONNECTIONS,
+        head_timeout_s: float = HEAD_TIMEOUT_S,
+    ) -> None:
         self.port = port
         self.token = token
+        self.max_connections = max_connections
+        self.head_timeout_s = head_timeout_s
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
@@ -68,17 +86,25 @@ class PortProxy:
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
+        if len(self._tasks) >= self.max_connections:
+            with contextlib.suppress(OSError):
+                writer.write(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 20\r\n"
+                    b"Connection: close\r\n\r\ntoo many connections"
+                )
+                writer.close()
+            return
         self._tasks.add(task)
         try:
             await self._relay(reader, writer)
-        except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+        except (OSError, TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
             pass
         finally:
             self._tasks.discard(task)
             writer.close()
 
     async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), self.head_timeout_s)
         token, from_query = _token_of(head)
         if token is None or not hmac.compare_digest(token.encode(), self.token.encode()):
             writer.write(

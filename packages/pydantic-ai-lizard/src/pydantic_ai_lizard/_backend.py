@@ -5,12 +5,16 @@ What holds (the rules of `pydantic_ai/workspaces/protocol.py`, and how they are 
 - Building a backend validates every argument and makes no request. Only creating needs a
   project: with `ref`, `LIZARD_PROJECT_ID` may be unset (as in 0.1.0); without it, a missing
   project is a `ValueError` at construction.
-- The first operation creates the sandbox, or attaches to the one `ref` names; a sandbox that is
-  gone is `WorkspaceUnavailableError`, never a replacement. `lizard_core.session.Session` owns
+- The first operation creates the sandbox (from `snapshot`, with `volume` mounted, when given), or
+  attaches to the one `ref` names, resuming it if paused and renewing a lifetime that is less
+  than half the configured one; a sandbox that is gone is `WorkspaceUnavailableError`, never a
+  replacement. `lizard_core.session.Session` owns
   this: it creates at most one sandbox however many first operations race, and records its id as
   soon as the create returns, even if the caller was cancelled meanwhile, so `ref` never changes
   once set.
-- A run ending never destroys the sandbox: only `destroy()` (or its lifetime) does.
+- A run ending never destroys the sandbox: only `destroy()` (or its lifetime) does. `pause()`
+  keeps its files and stops its billing; the next operation (or attach) resumes it, booting it
+  fresh: background processes started before the pause are gone.
 - Each command is one streaming request (`lizard_core.commands`); each file operation is one
   request for small files (`lizard_core.files`). The working directory is created and resolved
   by whichever comes first: the first `run()` (inside its own request, so a first command on a
@@ -134,8 +138,9 @@ class LizardSandboxBackend(
     use to reconnect later; call `destroy()` when done: an agent run never destroys its workspace.
 
     Args:
-        ref: A sandbox to attach to on first use, instead of creating one. A sandbox that is gone
-            raises `WorkspaceUnavailableError`; no replacement is created.
+        ref: A sandbox to attach to on first use, instead of creating one; a paused one is
+            resumed. A sandbox that is gone raises `WorkspaceUnavailableError`; no replacement
+            is created.
         project_id: Lizard project id, name or slug; `LIZARD_PROJECT_ID` when `None`. Needed
             only to create a sandbox: not with `ref`.
         api_key: Lizard API key; `LIZARD_API_KEY` when `None`. It stays on the host.
@@ -150,6 +155,12 @@ class LizardSandboxBackend(
         envs: Variables set on a new sandbox itself, visible to every process in it.
         internet_access: Whether a new sandbox may reach the internet.
         keep_alive: Extend the sandbox's lifetime while this backend is in use.
+        snapshot: A snapshot id (`lizard_core.snapshots.take_snapshot`) a new sandbox starts
+            from, with its files; not with `ref`.
+        volume: A project volume's name, mounted at `/workspace` of a new sandbox (made if
+            absent); its files outlive the sandbox. Not with `ref`.
+        idle_pause_s: Pause the sandbox after this many idle seconds; the next operation
+            resumes it.
     """
 
     def __init__(
@@ -168,9 +179,14 @@ class LizardSandboxBackend(
         envs: Mapping[str, str] | None = None,
         internet_access: bool = True,
         keep_alive: bool = False,
+        snapshot: str | None = None,
+        volume: str | None = None,
+        idle_pause_s: float | None = None,
     ) -> None:
         if ref is not None:
             check_ref(ref)
+            if snapshot is not None or volume is not None:
+                raise ValueError("snapshot and volume are for a new sandbox: not with ref")
         self._configured_working_dir = _check_path(working_dir)
         self._env = _check_env(env)
         config = SandboxConfig.from_env(
@@ -187,13 +203,19 @@ class LizardSandboxBackend(
             integration_version=package_version("pydantic-ai-lizard"),
         )
         self._session = Session(
-            config, sandbox_id=None if ref is None else ref.id, keep_alive=keep_alive
+            config,
+            sandbox_id=None if ref is None else ref.id,
+            keep_alive=keep_alive,
+            snapshot_id=snapshot,
+            volume=volume,
+            idle_pause_s=idle_pause_s,
         )
         # Until the working directory is known, `remove` is never called (it needs it first).
         self._files = SandboxFiles(self._session)
         self._working_dir: str | None = None
         self._prepare_lock = anyio.Lock()
         self._ref = ref
+        self._used = False  # an operation reached the sandbox (for the capability's pause)
 
     def __repr__(self) -> str:
         return f"LizardSandboxBackend(ref={self.ref!r})"
@@ -206,12 +228,29 @@ class LizardSandboxBackend(
         return self._ref
 
     def _errors(self, *, output_limit: int = 0) -> AbstractAsyncContextManager[None]:
+        self._used = True
         return workspace_errors(self._session, output_limit=output_limit)
 
     async def destroy(self) -> None:
         """Destroy the sandbox, if one was created or named. Idempotent; final for this backend."""
         async with self._errors():
             await self._session.adestroy()
+
+    async def pause(self) -> None:
+        """Pause the sandbox: its files stay, its processes end, its compute stops billing.
+
+        Nothing to do before the sandbox exists. The next operation, or a later attach by `ref`,
+        resumes it.
+        """
+        if self._session.sandbox_id is None:
+            return
+        async with self._errors():
+            await self._session.apause()
+
+    async def _pause_if_used(self) -> None:
+        """Pause at a run's end, only if the run reached the sandbox (else nothing to stop)."""
+        if self._used and not self._session.destroyed:
+            await self.pause()
 
     async def working_dir(self) -> str:
         """The directory commands start in: absolute, symlinks resolved, created on first use."""

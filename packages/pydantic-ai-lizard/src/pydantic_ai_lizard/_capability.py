@@ -2,21 +2,28 @@
 
 It selects the workspace and nothing else: compose it with tools that use one, such as harness
 `Shell`, `FileSystem` or `Coder`. Selecting does no I/O; the backend creates or attaches on first
-use.
+use. With `pause_after_run`, `wrap_run` pauses the run's sandbox when the run ends (also when it
+fails or is cancelled), if the run used it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
+import anyio
+from pydantic_ai import AgentRunResult
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import AgentDepsT, RunContext
 from pydantic_ai.workspaces import WorkspaceRef
 
 from lizard_core.config import Size
+from lizard_core.snapshots import check_snapshot_id
+from lizard_core.volumes import check_volume_name
 
 from ._backend import (
     DEFAULT_LIFETIME_MS,
@@ -30,6 +37,8 @@ from ._backend import (
 
 __all__ = ["LizardSandbox"]
 
+_log = logging.getLogger(__name__)
+
 _VALIDATION_REF = WorkspaceRef(provider=PROVIDER, id="validation-only")
 _VALIDATION_KEY = "liz_validation_only"  # stands in for a key not set yet; never sent
 
@@ -42,7 +51,9 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
     as `workspace=` or found in `message_history`) attaches to that sandbox, and fails with
     `WorkspaceUnavailableError` if it is gone rather than starting a replacement. A run ending
     never destroys its sandbox: call `destroy(ref)` when it is no longer needed, or let its
-    lifetime run out. Every field is validated here, with no API call.
+    lifetime run out, or set `pause_after_run` to pause it (files kept, nothing billed but the
+    disk) until a later run attaches and resumes it. Every field is validated here, with no API
+    call.
     """
 
     project_id: str | None = None
@@ -85,6 +96,21 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
     keep_alive: bool = False
     """Extend the sandbox's lifetime while the backend is in use."""
 
+    snapshot: str | None = None
+    """A snapshot id a new sandbox starts from (its files); an attached sandbox keeps its own."""
+
+    volume: str | None = None
+    """A project volume's name, mounted at `/workspace` of a new sandbox (made if absent); its
+    files outlive every sandbox. An attached sandbox keeps its own disk."""
+
+    idle_pause_s: float | None = None
+    """Pause the sandbox after this many idle seconds; the next operation resumes it."""
+
+    pause_after_run: bool = False
+    """Pause the run's sandbox when the run ends (if the run used it), instead of leaving it
+    running; a later run attaching by its `WorkspaceRef` resumes it. Processes started in it
+    (servers, background jobs) end with the pause; files stay."""
+
     def __post_init__(self) -> None:
         if self.defer_loading:
             raise UserError(
@@ -101,6 +127,12 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
         if key is None and not os.environ.get("LIZARD_API_KEY"):
             key = _VALIDATION_KEY
         self._backend(_VALIDATION_REF, api_key=key)
+        if type(self.pause_after_run) is not bool:
+            raise TypeError("pause_after_run must be a bool")
+        if self.snapshot is not None:
+            check_snapshot_id(self.snapshot)
+        if self.volume is not None:
+            check_volume_name(self.volume)
 
     def _backend(
         self, ref: WorkspaceRef | None, *, api_key: str | None = None
@@ -119,6 +151,10 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
             envs=self.envs,
             internet_access=self.internet_access,
             keep_alive=self.keep_alive,
+            # For a new sandbox only: an attached one has its own files and disk.
+            snapshot=self.snapshot if ref is None else None,
+            volume=self.volume if ref is None else None,
+            idle_pause_s=self.idle_pause_s,
         )
 
     def backend(self, ref: WorkspaceRef) -> LizardSandboxBackend:
@@ -141,3 +177,36 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
         if ref is not None and ref.provider != PROVIDER:
             return None
         return self._backend(ref)
+
+    async def wrap_run(
+        self,
+        ctx: RunContext[AgentDepsT],
+        *,
+        handler: Callable[[], Awaitable[AgentRunResult[Any]]],  # the framework's WrapRunHandler
+    ) -> AgentRunResult[Any]:
+        """Run, then pause the run's sandbox if `pause_after_run` (see the module docstring)."""
+        if not self.pause_after_run:
+            return await handler()
+        try:
+            result = await handler()
+        except BaseException as ending:
+            await _pause_run_workspace(ctx, ending)
+            raise
+        await _pause_run_workspace(ctx, None)
+        return result
+
+
+async def _pause_run_workspace(ctx: RunContext[Any], ending: BaseException | None) -> None:
+    """Pause the run's Lizard workspace; a failure never hides the error that ended the run."""
+    backend = ctx.workspace.backend
+    if not isinstance(backend, LizardSandboxBackend):
+        return
+    try:
+        with anyio.CancelScope(shield=True):  # a cancelled run must not leave it billing
+            await backend._pause_if_used()
+    except Exception as exc:
+        if ending is None:
+            raise
+        note = f"pydantic-ai-lizard: pausing the workspace at the run's end failed: {exc}"
+        _log.warning(note)
+        ending.add_note(note)

@@ -19,18 +19,26 @@ What this module maps, and what it leaves to the base class:
   Ctrl-C whose cell would not stop (the next step restarts the kernel after the cell's grace). A
   sandbox that is gone ends the run (``SandboxUnavailableError``).
 - ``cleanup()`` (and its alias ``delete()``, as the built-in executors have) deletes a sandbox
-  the executor created (an attached one is left running); so does dropping the executor
-  without it, or the process exiting, as a last resort. When a deletion fails the handle is
-  kept so ``cleanup()`` can be retried; while another exception is propagating (the one that
-  ended the run), the failure is logged and noted on that exception instead of replacing it.
-  Otherwise it is raised, unlike the built-in executors, which log it and go on: a sandbox
-  that could not be deleted keeps running (and billing) until its lifetime ends, and a caller
-  who asked for the deletion must learn that it did not happen.
+  the executor created (an attached one is left running; ``keep`` chooses otherwise); so does
+  dropping the executor without it, or the process exiting, as a last resort. When a deletion
+  fails the handle is kept so ``cleanup()`` can be retried; while another exception is
+  propagating (the one that ended the run), the failure is logged and noted on that exception
+  instead of replacing it. Otherwise it is raised, unlike the built-in executors, which log it
+  and go on: a sandbox that could not be deleted keeps running (and billing) until its
+  lifetime ends, and a caller who asked for the deletion must learn that it did not happen.
+- Sessions across runs: ``keep=True`` leaves the sandbox at cleanup, ``pause()`` stops its
+  billing (files kept, processes ended) and a later ``LizardExecutor(sandbox_id=...)`` resumes
+  it; the first step after a fresh boot runs in a fresh kernel, tools and variables defined
+  again, and the model is told. ``fork(n)`` makes n executors on copies of the sandbox (the
+  kernel's state carries over where the platform keeps memory; otherwise the same notice).
+  ``upload`` and ``download`` stream one file each way (``lizard_core.transfers``).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
+import os
 import sys
 import warnings
 import weakref
@@ -47,8 +55,11 @@ from smolagents.tools import Tool, get_tools_definition_code
 from lizard_core import PackageCheck, missing_requirements, requirements
 from lizard_core.checks import package_version
 from lizard_core.config import SandboxConfig, Size
+from lizard_core.files import SandboxFiles
+from lizard_core.forks import fork_sessions
 from lizard_core.kernel import DEFAULT_MAX_OUTPUT_BYTES, ExecutionResult, Kernel
 from lizard_core.session import Session
+from lizard_core.transfers import download_file, upload_file
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
     FINAL_ANSWER_EXCEPTION,
@@ -108,6 +119,11 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     ``max_final_answer_bytes`` and ``live_logs_after`` (seconds before a running step's output
     is shown live; None: never).
 
+    Across runs: ``keep`` (None, the default: ``cleanup()`` deletes a sandbox this executor
+    created and leaves an attached one; True: it leaves either, for a later
+    ``LizardExecutor(sandbox_id=executor.sandbox_id)``; False: it deletes either) and
+    ``idle_pause_s`` (pause the sandbox after that many idle seconds; the next step resumes it).
+
     Without ``keep_alive`` (and without ``sandbox_id``), a step or install timeout longer than
     ``lifetime_ms`` is a ValueError: the sandbox would expire before such a step could end.
 
@@ -137,6 +153,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         max_final_answer_bytes: int = 16_000_000,
         live_logs_after: float | None = 2.0,
         allow_pickle: bool = False,
+        keep: bool | None = None,
+        idle_pause_s: float | None = None,
     ) -> None:
         if allow_pickle is not False:
             raise ValueError(
@@ -156,6 +174,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
                 raise TypeError("live_logs_after must be a number of seconds, or None")
             if not live_logs_after >= 0:  # also refuses NaN
                 raise ValueError("live_logs_after must be >= 0 seconds, or None")
+        if keep is not None and type(keep) is not bool:
+            raise TypeError("keep must be a bool or None")
         if logger is not None and not callable(getattr(logger, "log", None)):
             raise TypeError("logger must be a smolagents AgentLogger")
         config = SandboxConfig.from_env(
@@ -177,16 +197,20 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         if not keep_alive and sandbox_id is None:
             _check_covered("command_timeout_ms", command_timeout_ms, lifetime_ms)
             _check_covered("install_timeout_ms", install_timeout_ms, lifetime_ms)
-        session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
+        session = Session(
+            config, sandbox_id=sandbox_id, keep_alive=keep_alive, idle_pause_s=idle_pause_s
+        )
         super().__init__(imports, logger or AgentLogger(), allow_pickle=False)
         self._session = session
         # The kernel keeps at least 4x our cap (bytes against characters), so our head-and-tail
         # cut applies first; beyond the kernel's cap the rest is dropped in the sandbox, and
         # the kernel's own marker says so.
-        self._kernel = Kernel(
-            session, max_output_bytes=max(4 * max_print_outputs_length, DEFAULT_MAX_OUTPUT_BYTES)
-        )
+        self._max_output_bytes = max(4 * max_print_outputs_length, DEFAULT_MAX_OUTPUT_BYTES)
+        self._kernel = Kernel(session, max_output_bytes=self._max_output_bytes)
         self._attached = sandbox_id is not None
+        # What cleanup() does: delete the sandbox, or leave it for a later run.
+        self._keep = keep
+        self._destroys = keep is False or (keep is None and not self._attached)
         self._step_timeout = command_timeout_ms / 1000
         # Setup cells (tools, variables) are the framework's code, not the model's: a step
         # timeout tuned for model code (1 s, say) must not fail the run while imports load.
@@ -203,7 +227,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         self._closed = False
         # A sandbox nobody can reach any more (the executor was dropped without cleanup(), or
         # the process is exiting) is deleted rather than left running until its lifetime ends.
-        self._finalizer = None if self._attached else weakref.finalize(self, _destroy, session)
+        self._finalizer = weakref.finalize(self, _destroy, session) if self._destroys else None
 
     # ── public surface ───────────────────────────────────────────────────
 
@@ -228,6 +252,83 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             return None
         with mapped_errors("opening the sandbox"):
             return self._session.sandbox()
+
+    # Host-side operations (not a model's step): they raise lizard_core's errors
+    # (``lizard_core.errors``) and builtin ``OSError``s as they are.
+
+    def pause(self) -> None:
+        """Pause the sandbox now: files kept, processes (the kernel) ended, compute not billed.
+
+        The next step resumes it, in a fresh kernel (the model is told). With ``keep=True``,
+        ``cleanup()`` then leaves it paused for a later ``LizardExecutor(sandbox_id=...)``.
+        """
+        self._check_open()
+        self._session.pause()
+
+    def resume(self) -> None:
+        """Resume a paused sandbox now rather than at the next step (which would do it)."""
+        self._check_open()
+        self._session.resume()
+
+    def upload(self, local: str | os.PathLike[str], remote: str) -> int:
+        """Copy the local file ``local`` to the absolute path ``remote`` in the sandbox.
+
+        Streamed in chunks (host memory stays bounded whatever the size); parents are created
+        and an existing file replaced atomically. Returns the number of bytes copied.
+        """
+        self._check_open()
+        return upload_file(SandboxFiles(self._session), local, remote)
+
+    def download(
+        self, remote: str, local: str | os.PathLike[str], *, max_bytes: int | None = None
+    ) -> int:
+        """Copy the sandbox file ``remote`` to the local path ``local``; return the byte count.
+
+        Streamed; ``local`` is replaced only once every byte arrived (a failure leaves it as it
+        was). A file larger than ``max_bytes`` is a ValueError.
+        """
+        self._check_open()
+        return download_file(SandboxFiles(self._session), remote, local, max_bytes=max_bytes)
+
+    def fork(self, n: int) -> list[LizardExecutor]:
+        """``n`` executors on copies of this sandbox (files, and memory where kept), all or none.
+
+        Each continues from this kernel's variables where the platform copies memory; where it
+        does not, its kernel starts fresh with the tools and variables defined again, and its
+        first step tells the model. If any copy fails to start, all are deleted. Each copy is a
+        sandbox of its own, billed as one: ``cleanup()`` each (or use them as context
+        managers); ``keep`` applies to them too.
+        """
+        self._check_open()
+        forks = [self._adopt(session) for session in fork_sessions(self._session, n)]
+        try:
+            for forked in forks:
+                # One cell finds whether the kernel came along; if not, the fork gets the tools
+                # and variables before its first step, and that step tells the model.
+                result, _ = forked._execute(
+                    "pass", live=False, doing="starting the fork", timeout=self._setup_timeout
+                )
+                forked._after_loss(result)
+        except BaseException:
+            for forked in forks:
+                forked._session.destroy()  # a copy nobody holds must not keep billing
+            raise
+        return forks
+
+    def _adopt(self, session: Session) -> LizardExecutor:
+        """This executor's settings, tools and variables on a forked session."""
+        forked = copy.copy(self)
+        forked._session = session
+        forked._kernel = Kernel(session, max_output_bytes=self._max_output_bytes)
+        forked._attached = False
+        forked._destroys = self._keep is not True  # a fork is a sandbox this executor made
+        forked.installed_packages = list(self.installed_packages)
+        forked._pending_imports = list(self._pending_imports)
+        forked._lost_notice = self._lost_notice
+        forked._finalizer = (
+            weakref.finalize(forked, _destroy, session) if forked._destroys else None
+        )
+        return forked
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -316,7 +417,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         return reqs
 
     def cleanup(self) -> None:
-        """Delete the sandbox (an attached one is left running); safe to call more than once.
+        """Delete the sandbox, or leave it as ``keep`` says; safe to call more than once.
 
         If deleting fails, the executor keeps the sandbox's handle so that ``cleanup()`` can be
         called again. While another exception is propagating, the failure is logged and added
@@ -326,8 +427,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             return
         ending = sys.exc_info()[1]
         try:
-            if self._attached:
-                self._session.close()  # no request: the sandbox and its kernel keep running
+            if not self._destroys:
+                self._session.close()  # no request: the sandbox (paused or not) stays
             else:
                 self._session.destroy()
                 if self._finalizer is not None:

@@ -61,13 +61,16 @@ class _Compact(ast.NodeTransformer):
     """Drop what the interpreter does not need: docstrings and type annotations."""
 
     def _body(self, body: list[ast.stmt]) -> list[ast.stmt]:
-        first = body[0] if body else None
-        if (
-            isinstance(first, ast.Expr)
-            and isinstance(first.value, ast.Constant)
-            and isinstance(first.value.value, str)
-        ):
-            body = body[1:]
+        # Docstrings, those of constants and of bundled parts included: a bare string does nothing.
+        body = [
+            statement
+            for statement in body
+            if not (
+                isinstance(statement, ast.Expr)
+                and isinstance(statement.value, ast.Constant)
+                and isinstance(statement.value.value, str)
+            )
+        ]
         return body or [ast.Pass()]
 
     def visit_Module(self, node: ast.Module) -> ast.Module:

@@ -125,7 +125,10 @@ def op_mkdir(req: Frame) -> Frame:
 
 
 def op_remove(req: Frame) -> Frame:
-    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths."""
+    """Remove a file, a symlink (itself) or a directory tree; refuse protected paths.
+
+    With ``tree`` false a directory is not removed: ``unlink`` raises IsADirectoryError.
+    """
     path = req["path"].rstrip("/") or "/"
     head, name = os.path.split(path)
     if name not in ("", ".", "..") and os.path.islink(path):
@@ -136,7 +139,7 @@ def op_remove(req: Frame) -> Frame:
         if canonical == protected or protected.startswith(canonical.rstrip("/") + "/"):
             return {"refused": canonical}
     # Remove the checked path itself, not a spelling of it that could resolve differently.
-    if stat.S_ISDIR(os.lstat(canonical).st_mode):
+    if stat.S_ISDIR(os.lstat(canonical).st_mode) and req.get("tree", True):
         import shutil
 
         shutil.rmtree(canonical)
@@ -235,7 +238,10 @@ def op_write(req: Frame) -> Frame:
     elif not os.access(real, os.W_OK):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
     temporary = os.path.join(parent, ".lizard-%s.tmp" % req["call"])
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError as exc:  # name the caller's path, not the temporary file it never chose
+        raise type(exc)(exc.errno, exc.strerror, path) from None
     written = 0
     try:
         with os.fdopen(fd, "wb") as target:

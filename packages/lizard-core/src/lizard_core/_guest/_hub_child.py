@@ -1,12 +1,19 @@
 """What a hub's spare child does: wait for a relay, become its guest process, run the program.
 
 A spare is forked ahead of time, so the fork and the generic set-up are off the request's path.
-Given a relay pid it reads the relay's argv, environment, umask and working directory from
-``/proc``, takes the relay's stdin, stdout (the relay's fd 4 copy) and stderr, names itself by
-the call id and runs the program as ``python3 -c`` would. It ends the relay itself: ``SIGUSR1``
-(exit 0) or ``SIGALRM`` (exit 1) once the program ended, ``SIGUSR2`` (run the launcher) when it
-could not start the program, so nothing ran. It holds the ``wait`` FIFO (:data:`WAIT_FD`) open
-until it exits, so that its relay outlives it even when the hub dies first.
+Given a relay pid it checks that the relay is one of this hub's (same user, key, and the same
+limits, priority, groups, capabilities, cgroup and namespaces as the hub: :func:`context`), takes
+the relay's very stdin, stdout and stderr (its fds 6, 4 and 2, copied with ``pidfd_getfd``, so
+offsets, ``O_APPEND`` and sockets are the exec's own; where that call is missing, only a pipe or a
+character device is reopened through ``/proc``), its environment, umask and working directory,
+names itself by the call id and runs the program as ``python3 -c`` would.
+
+It talks to the relay with signals only (the relay's traps, in ``lizard_core._guest_relay``):
+:data:`STARTED` once the program is about to run; then the exit code, ``SIGUSR1`` for 0, else
+one signal per set bit (:data:`BIT0` up) and :data:`EXIT_NOW`. ``SIGUSR2`` before
+:data:`STARTED` means "nothing ran: run the launcher", which every doubt ends in. It holds the
+``wait`` pipe's write end (:data:`WAIT_FD`) until it exits, so that its relay outlives it even
+when the hub dies first.
 """
 
 from __future__ import annotations
@@ -19,15 +26,40 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
     from typing import Any, Dict, List, Optional, Tuple
 
 RELAY_NAME = b"lizard-guest"
-STDOUT_FD = 4
-"""The relay's copy of its stdout (its fd 1 points at the FIFO while it writes its pid)."""
+STDIO = (6, 4, 2)
+"""The relay's copies of its stdin and stdout (its fds 0 and 1 point at the ``wait`` and ``in``
+pipes for moments), and its stderr: what becomes the program's fds 0, 1 and 2."""
 WAIT_FD = 11
-"""The hub's end of the ``wait`` FIFO; every child keeps a copy until it exits, so a relay
+"""The hub's write end of the ``wait`` pipe; every child keeps a copy until it exits, so a relay
 blocked reading it sees end of file only once the hub and every child are gone."""
-CANNOT_ATTACH = 71
-"""A spare's exit code when the relay's stdout cannot be reopened: the hub gives up."""
 NOT_STARTED = 70
-"""A spare's exit code when it could not start the program (the relay runs the launcher)."""
+"""A spare's exit code when it did not start the program (its relay runs the launcher)."""
+BIT0 = 35
+"""The real-time signal for bit 0 of an exit code; bits 1 to 7 are the next seven."""
+EXIT_NOW = 43
+"""After the bits: the relay exits with them (delivered last: the highest of the numbers)."""
+STARTED = 44
+"""The program is about to run: from now on the relay never falls back."""
+SIGUSR1 = 10
+SIGUSR2 = 12
+_GETFD = 438  # pidfd_getfd(2), the same number on every Linux architecture
+_SAME = (
+    b"Uid:",
+    b"Gid:",
+    b"Groups:",
+    b"CapInh:",
+    b"CapPrm:",
+    b"CapEff:",
+    b"CapBnd:",
+    b"CapAmb:",
+    b"NoNewPrivs:",
+    b"Seccomp:",
+    b"Cpus_allowed:",
+    b"Mems_allowed:",
+)
+"""Lines of ``/proc/<pid>/status`` a relay must share with the hub for the hub to serve it."""
+_NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup")
+_SYSCALL: List[Any] = []
 
 
 def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
@@ -43,7 +75,7 @@ def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
 
 def read_at(directory: int, name: str, limit: int = 0) -> bytes:
     """The file ``name`` below ``directory``: whole, or its first ``limit`` bytes."""
-    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC, dir_fd=directory)
+    fd = os.open(name, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=directory)
     try:
         chunks: List[bytes] = []
         size = 0
@@ -59,7 +91,7 @@ def read_at(directory: int, name: str, limit: int = 0) -> bytes:
 
 
 def relay_argv(proc: int, key: bytes, limit: int = 0) -> Optional[List[bytes]]:
-    """``[program, args...]`` from a relay of this hub's version, else None.
+    """``[program, args...]`` from a relay of this hub's user and version, else None.
 
     With ``limit``, only the argv within its first ``limit`` bytes, whole items only.
     """
@@ -73,6 +105,31 @@ def relay_argv(proc: int, key: bytes, limit: int = 0) -> Optional[List[bytes]]:
     return argv[6:]
 
 
+def context(proc: int) -> Tuple[Any, ...]:
+    """What a process's children inherit that a hub's child cannot take over from a relay.
+
+    Identity, groups, capabilities, limits, priority, CPU and memory placement, cgroup and
+    namespaces: a relay that differs from the hub in any of them runs the launcher.
+    """
+    status = [line for line in read_at(proc, "status").splitlines() if line.startswith(_SAME)]
+    nice = read_at(proc, "stat").rsplit(b")", 1)[1].split()[16]
+    spaces = []
+    for name in _NAMESPACES:
+        try:
+            spaces.append(os.readlink("ns/" + name, dir_fd=proc))
+        except OSError:
+            spaces.append("")
+    root = os.stat("root", dir_fd=proc)
+    return (
+        status,
+        nice,
+        read_at(proc, "limits"),
+        read_at(proc, "cgroup"),
+        spaces,
+        (root.st_dev, root.st_ino),
+    )
+
+
 def unpack(program: bytes) -> Any:
     """A program as it travels (deflated, base64), compiled."""
     import binascii
@@ -81,16 +138,45 @@ def unpack(program: bytes) -> Any:
     return compile(zlib.decompress(binascii.a2b_base64(program)), "<string>", "exec")
 
 
-def signal_relay(relay: int, proc: int, signum: int) -> None:
-    """Signal the relay, but only while ``/proc/<relay>`` is still the process we served."""
+def open_pidfd(pid: int) -> int:
+    """A pidfd of ``pid`` (Linux 5.3+, Python 3.9+), else -1."""
     try:
-        os.stat("stat", dir_fd=proc)
-        os.kill(relay, signum)
+        return os.pidfd_open(pid)  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        return -1
+
+
+def signal_relay(relay: int, proc: int, signum: int, pidfd: int = -1) -> bool:
+    """Signal the relay, only while it is still the process we served; False if it is gone.
+
+    Through its pidfd where there is one, which cannot reach another process; else a check of
+    ``/proc/<relay>`` then ``kill``, a narrow pid-reuse window kept for Linux before 5.3.
+    """
+    import signal
+
+    try:
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, signum)  # type: ignore[attr-defined,unused-ignore]
+        else:
+            os.stat("stat", dir_fd=proc)
+            os.kill(relay, signum)
     except OSError:
-        pass
+        return False
+    return True
 
 
-def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
+def send_status(relay: int, proc: int, status: int, pidfd: int = -1) -> None:
+    """Make the relay exit with ``status`` (0 to 255)."""
+    if status == 0:
+        signal_relay(relay, proc, SIGUSR1, pidfd)
+        return
+    for bit in range(8):
+        if status >> bit & 1 and not signal_relay(relay, proc, BIT0 + bit, pidfd):
+            return
+    signal_relay(relay, proc, EXIT_NOW, pidfd)
+
+
+def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) -> None:
     """The spare's whole life: one job from ``jobs`` (a relay pid), then exit."""
     import signal
 
@@ -98,7 +184,8 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.setpgid(0, 0)
     close_from(3, (jobs, WAIT_FD))
-    rehearse(codes)
+    name("lizard-spare")
+    rehearse()
     line = b""
     while not line.endswith(b"\n"):
         chunk = os.read(jobs, 32)
@@ -111,53 +198,52 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any]) -> None:
         proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
         os._exit(0)  # the relay is gone
+    # Opened after /proc/<relay>: if that pid was reused in between, the reads below fail.
+    pidfd = open_pidfd(relay)
     code: Any = None
     argv: Optional[List[str]] = None
     try:
         found = relay_argv(proc, key)
-        if found is not None:
+        if found is not None and context(proc) == own:
             code = codes.get(found[0])
             if code is None:
                 code = unpack(found[0])
-            if not attach(relay, proc):
-                signal_relay(relay, proc, signal.SIGUSR2)
-                os._exit(CANNOT_ATTACH)
-            argv = ["-c"] + [os.fsdecode(arg) for arg in found[1:]]
-            comm = os.open("/proc/self/comm", os.O_WRONLY)
-            try:
-                os.write(comm, argv[1][:15].encode("ascii", "replace"))
-            finally:
-                os.close(comm)
+            if attach(relay, proc, pidfd):
+                argv = ["-c"] + [os.fsdecode(arg) for arg in found[1:]]
     except Exception:
         argv = None
-    if argv is None:
-        signal_relay(relay, proc, signal.SIGUSR2)
+    if argv is None or not signal_relay(relay, proc, STARTED, pidfd):
+        signal_relay(relay, proc, SIGUSR2, pidfd)
         os._exit(NOT_STARTED)
+    name(argv[1][:15])
     status = run_main(code, argv)
     # The exec ends once the relay exited and its stdout and stderr are closed: close ours
     # first, so that it need not wait for this process to be torn down.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    signal_relay(relay, proc, signal.SIGUSR1 if status == 0 else signal.SIGALRM)
+    send_status(relay, proc, status, pidfd)
     os._exit(status)
 
 
-def rehearse(codes: Dict[bytes, Any]) -> None:
+def name(text: str) -> None:
+    """This process's name in ``ps`` and ``/proc/<pid>/comm`` (15 bytes)."""
+    comm = os.open("/proc/self/comm", os.O_WRONLY)
+    try:
+        os.write(comm, text.encode("ascii", "replace")[:15])
+    finally:
+        os.close(comm)
+
+
+def rehearse() -> None:
     """Touch, before a job arrives, what a job will touch.
 
     The pages a fork shares with the hub are copied on first write (reference counts included),
-    so this moves that copying off the request's path. Module bodies only: ``__name__`` is not
-    ``"__main__"``, so nothing runs.
+    so this moves that copying off the request's path. Only the standard library's: no program
+    is run here, not even its top level.
     """
-    import builtins
     import json
 
-    for code in codes.values():
-        try:
-            exec(code, {"__name__": "__rehearsal__", "__builtins__": builtins})
-        except Exception:
-            pass
     json.loads(json.dumps({"t": "pid", "pid": 1, "e": [None, 1.5, "x", True]}))
     dict(os.environb)
     # A thread started and joined leaves its stack in the C library's cache for the job's
@@ -176,20 +262,51 @@ def rehearse(codes: Dict[bytes, Any]) -> None:
         os.close(fd)
 
 
-def attach(relay: int, proc: int) -> bool:
-    """Take the relay's stdio, environment, umask and working directory; False if stdout fails."""
+def syscall() -> Any:
+    """The C library's ``syscall``, looked up once (the hub does it before forking), or None."""
+    if not _SYSCALL:
+        try:
+            import ctypes
+
+            _SYSCALL.append(ctypes.CDLL(None).syscall)
+        except (ImportError, AttributeError, OSError):
+            _SYSCALL.append(None)  # no ctypes here: stdio is reopened where that is exact
+    return _SYSCALL[0]
+
+
+def take_fd(pidfd: int, proc: int, fd: int, mode: int) -> int:
+    """The relay's ``fd``, the very same open file (``pidfd_getfd``), else reopened if safe."""
+    call = syscall()
+    if pidfd >= 0 and call is not None:
+        got = call(_GETFD, pidfd, fd, 0)
+        if got >= 0:
+            os.set_inheritable(got, False)
+            return int(got)
+    import stat
+
+    # A new open file of the same object: only right where there is no offset, no O_APPEND and
+    # no other state to share, i.e. a pipe or a character device.
+    mode_bits = os.stat("fd/%d" % fd, dir_fd=proc).st_mode
+    if not (stat.S_ISFIFO(mode_bits) or stat.S_ISCHR(mode_bits)):
+        raise OSError("fd %d of the relay cannot be shared" % fd)
+    return os.open("fd/%d" % fd, mode | os.O_CLOEXEC, dir_fd=proc)
+
+
+def attach(relay: int, proc: int, pidfd: int) -> bool:
+    """Take the relay's stdio, environment, umask and working directory; False if it cannot."""
     fds = []
     try:
-        fds.append(os.open("fd/0", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc))
-        fds.append(os.open("fd/%d" % STDOUT_FD, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc))
-        fds.append(os.open("fd/2", os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc))
+        for index, mode in enumerate((os.O_RDONLY, os.O_WRONLY, os.O_WRONLY)):
+            fds.append(take_fd(pidfd, proc, STDIO[index], mode))
     except OSError:
+        for fd in fds:
+            os.close(fd)
         return False
     env = {}
     for item in read_at(proc, "environ").split(b"\0"):
-        name, sep, value = item.partition(b"=")
-        if sep and name:
-            env[name] = value
+        key, sep, value = item.partition(b"=")
+        if sep and key:
+            env[key] = value
     for line in read_at(proc, "status").splitlines():
         if line.startswith(b"Umask:"):
             os.umask(int(line.split()[1], 8))
@@ -199,11 +316,11 @@ def attach(relay: int, proc: int) -> bool:
         os.close(fd)
     # Usually the hub's own environment already: change only what differs (clear() is slow).
     current = os.environb
-    for name in [name for name in current if name not in env]:
-        del current[name]
-    for name, value in env.items():
-        if current.get(name) != value:
-            current[name] = value
+    for key in [key for key in current if key not in env]:
+        del current[key]
+    for key, value in env.items():
+        if current.get(key) != value:
+            current[key] = value
     return True
 
 

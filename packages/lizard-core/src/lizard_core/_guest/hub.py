@@ -9,22 +9,28 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
   process exactly as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``,
   exit code), then, its output closed, starts a hub for ``key`` unless one runs or the sandbox
   cannot host one.
-- **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``): one per sandbox, user and ``key`` (the
-  hash of this program and the relay), in the private directory ``$TMPDIR/.lizard-hub-<key>``
-  (``/tmp`` without ``TMPDIR``), held by a lock so that at most one runs. It reads relay pids
-  from the FIFO ``in`` (its fd 3; ``pid`` names the hub) and hands each to a spare child forked
-  ahead of time (:mod:`._hub_child`), which becomes the relay's guest process, runs the program
-  the relay carries (compiled once per program) and ends the relay. A child killed before it
-  could ends its relay from here (``SIGALRM``).
+- **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``, named ``lizard-hub``): one per sandbox,
+  user and ``key`` (the hash of this program and the relay), in the user's private directory
+  ``$HOME/.cache/lizard-hub-<key>`` (:func:`private_dir`: ``HOME`` and every directory below it
+  owned by the user, writable by nobody else, no symlinks), held by a lock so that at most one
+  runs. It names itself there by an empty file ``hub.<pid>.<start time>`` and keeps no FIFO on
+  disk: a relay reaches it through ``/proc/<pid>/fd``, its pipe ``in`` (fd 3, relay pids) and the
+  write end of its pipe ``wait`` (fd 11, which nobody writes). Each relay pid goes to a spare
+  child forked ahead of time (:mod:`._hub_child`), which becomes the relay's guest process, runs
+  the program the relay carries (compiled once per program) and ends the relay. A child killed
+  before it could ends its relay from here (exit code 128 + the signal), and a relay killed
+  while its child runs (the host stopping an exec) has its child sent ``SIGHUP``, as a shell
+  would, where ``pidfd_open`` exists.
 - **Safe to lose.** A hub that is gone, stale (a wiped directory, a sandbox resumed without its
   processes, a reused pid, a stopped process) or of another version is never used: the relay
-  checks that the pid file names a live process, not stopped, whose fd 3 is the FIFO, and
-  otherwise runs the launcher in the same exec. A hub whose child cannot reopen a relay's
-  stdout (the platform does not give it a pipe) writes ``off`` and exits: from then on every
-  operation runs the launcher.
+  checks that the name file's pid is a live process, not stopped, named ``lizard-hub`` and
+  started at the named time, and otherwise runs the launcher in the same exec. A hub lost at any
+  later moment before its child started the program also ends in the launcher; a relay whose
+  user, limits, priority, groups, capabilities, cgroup or namespaces differ from the hub's is
+  declined, and so is stdio that cannot be shared exactly.
 - **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open,
   and exits after :data:`IDLE_S` without a request, or within :data:`CHECK_S` once relays can no
-  longer reach it (its directory, FIFO or pid file replaced).
+  longer reach it (its directory or name file gone or replaced).
 """
 
 from __future__ import annotations
@@ -34,18 +40,24 @@ import sys
 from typing import TYPE_CHECKING
 
 from ._hub_child import (
-    CANNOT_ATTACH,
+    NOT_STARTED,
     WAIT_FD,
     close_from,
+    context,
+    name,
+    open_pidfd,
+    read_at,
     relay_argv,
     run_main,
+    send_status,
     signal_relay,
     spare,
+    syscall,
     unpack,
 )
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, Dict, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 IDLE_S = 600.0
 """A hub without requests for this long exits (the next operation starts a new one)."""
@@ -57,6 +69,7 @@ LEARN_BYTES = 64 * 1024
 """Of a relay's argv, what the hub reads to learn its program (the relay, key and both packed
 programs take about 13 KiB)."""
 FIFO_FD = 3
+HUB_NAME = "lizard-hub"
 PRELOAD = (
     "_socket",
     "binascii",
@@ -72,22 +85,77 @@ PRELOAD = (
     "zlib",
 )
 """Modules the guest programs import: imported once by the hub, free in every child."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
-def hub_dir(key: str) -> str:
-    return os.path.join(os.environ.get("TMPDIR") or "/tmp", ".lizard-hub-" + key)
+def home_dir() -> str:
+    """``HOME``, or ``/root`` where it is unset or empty (the relay's ``${HOME:-/root}``)."""
+    return os.environ.get("HOME") or "/root"
 
 
-def hub_pid(directory: str) -> int:
-    """The pid of this directory's live hub, or 0: what the relay checks, in Python."""
+def private_dir(key: str, create: bool) -> int:
+    """An fd of ``$HOME/.cache/lizard-hub-<key>``, or -1 where it is not private to this user.
+
+    ``HOME`` (:func:`home_dir`) must be an absolute path to a directory of this user's that
+    nobody else may write; ``.cache`` and the hub's directory are made (0700) if missing and
+    ``create``, and must be this user's, not symlinks, and writable by nobody else (the hub's:
+    0700).
+    """
+    home = home_dir()
+    if not home.startswith("/"):
+        return -1
+    uid = os.getuid()
+    fds: List[int] = []
     try:
-        with open(os.path.join(directory, "pid")) as f:
-            pid = int(f.read().split()[0])
-        fifo = os.stat(os.path.join(directory, "in"))
-        held = os.stat("/proc/%d/fd/%d" % (pid, FIFO_FD))
-    except (OSError, ValueError, IndexError):
-        return 0
-    return pid if os.path.samestat(fifo, held) and fifo.st_uid == os.getuid() else 0
+        fds.append(os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        for part, private in ((".cache", 0o022), ("lizard-hub-" + key, 0o077)):
+            st = os.fstat(fds[-1])
+            if st.st_uid != uid or st.st_mode & 0o022:
+                return -1
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fds[-1])
+                except FileExistsError:
+                    pass
+            fds.append(os.open(part, _DIR_FLAGS, dir_fd=fds[-1]))
+            if private == 0o077:
+                st = os.fstat(fds[-1])
+                if st.st_uid != uid or st.st_mode & 0o077:
+                    return -1
+        return fds.pop()
+    except OSError:
+        return -1
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def start_time(proc: int) -> bytes:
+    """A process's start time (``/proc/<pid>/stat`` field 22): with its pid, who it is."""
+    return read_at(proc, "stat").rsplit(b")", 1)[1].split()[19]
+
+
+def hub_pid(directory: int) -> int:
+    """The pid of this directory's live hub, or 0: what the relay checks, in Python."""
+    for entry in os.listdir(directory):
+        parts = entry.split(".")
+        if len(parts) != 3 or parts[0] != "hub":
+            continue
+        try:
+            proc = os.open("/proc/" + parts[1], _DIR_FLAGS)
+        except OSError:
+            continue
+        try:
+            fields = read_at(proc, "stat").rsplit(b")", 1)
+            alive = fields[1].split()[0] not in (b"T", b"t")
+            if alive and fields[0].endswith(b"(" + HUB_NAME.encode()):
+                if start_time(proc) == parts[2].encode() and os.fstat(proc).st_uid == os.getuid():
+                    return int(parts[1])
+        except (OSError, IndexError, ValueError):
+            pass
+        finally:
+            os.close(proc)
+    return 0
 
 
 # ── launcher ─────────────────────────────────────────────────────────────
@@ -102,8 +170,8 @@ def launch() -> None:
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    directory = hub_dir(key)
-    if not os.path.exists(os.path.join(directory, "off")) and not hub_pid(directory):
+    directory = private_dir(key, create=True)
+    if directory >= 0 and not hub_pid(directory):
         try:
             spawn_hub(key, hub)
         except OSError:
@@ -142,75 +210,80 @@ class Hub:
 
     def __init__(self, key: str) -> None:
         self.key = key
-        self.directory = hub_dir(key)
+        self.directory = -1
+        self.marker = ""
         self.codes: Dict[bytes, Any] = {}
-        self.children: Dict[int, Tuple[int, int]] = {}
+        self.children: Dict[int, Tuple[int, int, int]] = {}
         self.spare: Optional[Tuple[int, int]] = None
         self.pending = b""
+        self.own: Tuple[Any, ...] = ()
 
     # set-up
 
     def claim(self) -> bool:
-        """Take the directory: private, locked, FIFOs ``in`` (fd 3) and ``wait``, the pid file."""
+        """Take the private directory: locked, stale names removed, this hub's name written."""
         import fcntl
 
-        try:
-            os.mkdir(self.directory, 0o700)
-        except FileExistsError:
-            pass
-        st = os.lstat(self.directory)
-        if st.st_uid != os.getuid() or st.st_mode & 0o077 or not os.path.isdir(self.directory):
+        self.directory = private_dir(self.key, create=False)
+        if self.directory < 0:
             return False
-        if os.path.islink(self.directory):
-            return False
-        lock = os.open(os.path.join(self.directory, "lock"), os.O_RDWR | os.O_CREAT, 0o600)
+        # Held for the hub's life, above the pipes' fds (a lock on fd 3 would be lost).
+        high = fcntl.fcntl(self.directory, fcntl.F_DUPFD_CLOEXEC, 20)
+        os.close(self.directory)
+        self.directory = high
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self.directory, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False  # another hub holds it
-        # Held for the hub's life, above the FIFO's fd 3 (a lock taken on fd 3 would be lost).
-        fcntl.fcntl(lock, fcntl.F_DUPFD_CLOEXEC, 10)
-        os.close(lock)
-        # Relays block reading ``wait``, which nobody writes: they wake on a signal, or on the
-        # end of file once the hub and its children (the write ends) are all gone.
-        self.fresh_fifo("wait", WAIT_FD)
-        self.fresh_fifo("in", FIFO_FD)
-        pid_temp = os.path.join(self.directory, "pid.%d" % os.getpid())
-        with open(pid_temp, "w") as f:
-            f.write("%d\n" % os.getpid())
-        os.rename(pid_temp, os.path.join(self.directory, "pid"))
+        name(HUB_NAME)
+        # ``in``: relays write their pids to fd 3, the read end; the hub keeps the write end
+        # too, so that the pipe never reads as ended. ``wait``: only the write end, fd 11, which
+        # relays open for reading and children inherit; nobody writes it.
+        for read_end, write_end, keep in ((FIFO_FD, 12, True), (13, WAIT_FD, False)):
+            ends = os.pipe()
+            for end, target in ((ends[0], read_end), (ends[1], write_end)):
+                if end != target:
+                    os.dup2(end, target, inheritable=False)
+                    os.close(end)
+            if not keep:
+                os.close(read_end)
+        os.set_blocking(FIFO_FD, False)
+        for entry in os.listdir(self.directory):
+            if entry.startswith("hub."):
+                try:
+                    os.unlink(entry, dir_fd=self.directory)
+                except OSError:
+                    pass
+        me = os.open("/proc/%d" % os.getpid(), _DIR_FLAGS)
+        try:
+            self.marker = "hub.%d.%s" % (os.getpid(), start_time(me).decode("ascii"))
+            self.own = context(me)
+        finally:
+            os.close(me)
+        made = os.open(
+            self.marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
+            dir_fd=self.directory,
+        )  # fmt: skip
+        os.close(made)
         return True
 
-    def fresh_fifo(self, name: str, target: int) -> None:
-        path = os.path.join(self.directory, name)
-        temp = path + ".%d" % os.getpid()
-        os.mkfifo(temp, 0o600)
-        fd = os.open(temp, os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd != target:
-            os.dup2(fd, target, inheritable=False)
-            os.close(fd)
-        os.rename(temp, path)
-
     def still_ours(self) -> bool:
-        """Whether relays can still reach this hub: its FIFO in place and its pid file intact."""
-        return hub_pid(self.directory) == os.getpid()
+        """Whether relays can still reach this hub: its directory and name file in place."""
+        path = os.path.join(home_dir(), ".cache", "lizard-hub-" + self.key)
+        try:
+            here = os.fstat(self.directory)
+            there = os.lstat(path)
+            os.lstat(os.path.join(path, self.marker))
+        except OSError:
+            return False
+        return os.path.samestat(here, there)
 
     def retire(self) -> None:
         """Stop taking requests: new relays run the launcher; ones already queued are served."""
         try:
-            if hub_pid(self.directory) == os.getpid():
-                os.unlink(os.path.join(self.directory, "pid"))
+            os.unlink(self.marker, dir_fd=self.directory)
         except OSError:
             pass
-
-    def give_up(self) -> None:
-        """The platform does not let a hub serve relays: say so, so that none is started again."""
-        try:
-            with open(os.path.join(self.directory, "off"), "w") as f:
-                f.write("a relay's stdout cannot be reopened through /proc\n")
-        except OSError:
-            pass
-        self.retire()
 
     # the loop
 
@@ -220,9 +293,9 @@ class Hub:
         import signal
         import time
 
-        for name in PRELOAD:
+        for module in PRELOAD:
             try:
-                __import__(name)
+                __import__(module)
             except ImportError:
                 pass
         wake_r, wake_w = os.pipe()
@@ -231,19 +304,22 @@ class Hub:
             os.set_inheritable(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(wake_w)
+        syscall()  # looked up once here, inherited by every child
         gc.collect()
         self.fork_spare()
         last = time.monotonic()
         retired = False
         while True:
-            ready = select.select([FIFO_FD, wake_r], [], [], CHECK_S)[0]
+            watched = [pidfd for _, _, pidfd in self.children.values() if pidfd >= 0]
+            ready = select.select([FIFO_FD, wake_r] + watched, [], [], CHECK_S)[0]
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
                 except OSError:
                     pass
-            if self.reap():
-                return
+            self.reap()
+            if watched:
+                self.hang_up(ready)
             if FIFO_FD in ready:
                 last = time.monotonic()
                 self.read_requests()
@@ -262,10 +338,23 @@ class Hub:
             if time.monotonic() - last > IDLE_S or not self.still_ours():
                 self.retire()
                 retired = True
-                time.sleep(0.2)  # a relay that saw the pid file a moment ago writes now
+                time.sleep(0.2)  # a relay that saw the name file a moment ago writes now
+
+    def hang_up(self, ready: List[int]) -> None:
+        """A relay that ended while its child runs was stopped: hang up on the child."""
+        import signal
+
+        for child, (relay, proc, pidfd) in list(self.children.items()):
+            if pidfd in ready:
+                os.close(pidfd)
+                self.children[child] = (relay, proc, -1)
+                try:
+                    os.kill(child, signal.SIGHUP)  # not yet reaped: still our child
+                except OSError:
+                    pass
 
     def read_requests(self) -> None:
-        """Hand every complete line in the FIFO (a relay pid) to a spare."""
+        """Hand every complete line in the pipe (a relay pid) to a spare."""
         try:
             self.pending += os.read(FIFO_FD, 4096)
         except BlockingIOError:
@@ -288,6 +377,7 @@ class Hub:
             proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
             return  # the relay is gone already
+        pidfd = open_pidfd(relay)
         for _ in range(2):  # a spare that died unseen (killed, out of memory) is replaced once
             try:
                 if self.spare is None:
@@ -303,11 +393,13 @@ class Hub:
                 os.close(jobs)
                 continue
             os.close(jobs)
-            self.children[child] = (relay, proc)
+            self.children[child] = (relay, proc, pidfd)
             self.learn(proc)  # while the child works: compile a new program for later spares
             return
-        signal_relay(relay, proc, signal.SIGUSR2)  # no child took it: nothing ran
+        signal_relay(relay, proc, signal.SIGUSR2, pidfd)  # no child took it: nothing ran
         os.close(proc)
+        if pidfd >= 0:
+            os.close(pidfd)
 
     def learn(self, proc: int) -> None:
         if len(self.codes) >= MAX_CODES:
@@ -333,9 +425,9 @@ class Hub:
             raise
         if child == 0:
             try:
-                spare(jobs_r, self.key.encode("ascii"), self.codes)
+                spare(jobs_r, self.key.encode("ascii"), self.codes, self.own)
             finally:
-                os._exit(70)
+                os._exit(NOT_STARTED)
         os.close(jobs_r)
         os.set_inheritable(jobs_w, False)
         self.spare = (child, jobs_w)
@@ -345,31 +437,27 @@ class Hub:
             os.close(self.spare[1])  # the spare reads end of file and exits
             self.spare = None
 
-    def reap(self) -> bool:
-        """Reap children; a relay whose child was killed is ended here. True: give up."""
-        import signal
-
+    def reap(self) -> None:
+        """Reap children; a relay whose child was killed exits here as the child did."""
         while True:
             try:
                 child, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return False
+                return
             if child == 0:
-                return False
+                return
             if self.spare is not None and child == self.spare[0]:
                 os.close(self.spare[1])
                 self.spare = None  # a spare that died unused: the next request forks one
                 continue
-            relay, proc = self.children.pop(child, (0, -1))
+            relay, proc, pidfd = self.children.pop(child, (0, -1, -1))
             if proc < 0:
                 continue
             if os.WIFSIGNALED(status):  # killed before it could end its relay itself
-                signal_relay(relay, proc, signal.SIGALRM)
+                send_status(relay, proc, 128 + os.WTERMSIG(status), pidfd)
             os.close(proc)
-            if os.WIFEXITED(status) and os.WEXITSTATUS(status) == CANNOT_ATTACH:
-                self.give_up()
-                self.drop_spare()
-                return True
+            if pidfd >= 0:
+                os.close(pidfd)
 
 
 def main() -> None:

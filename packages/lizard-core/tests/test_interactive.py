@@ -1,0 +1,162 @@
+"""``lizard_core.interactive``: a process kept in the sandbox, fed and read per call."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+import pytest
+
+from lizard_core import interactive
+from lizard_core.commands import arun_command
+from lizard_core.errors import GuestProtocolError
+from lizard_core.interactive import astart_interactive
+from lizard_local import LocalServer
+from lizard_local.contract import pids_carrying
+
+ECHO_LINES = "printf 'ready\\n'; while IFS= read -r line; do printf 'got:%s\\n' \"$line\"; done"
+EXEC = "POST /api/sandboxes/{id}/exec"
+
+
+async def test_a_terminal_process_is_kept_and_fed_one_request_per_call(
+    module_session: Any, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    process, first = await astart_interactive(
+        module_session, ["sh", "-c", ECHO_LINES], tty=True, wait=0.3
+    )
+    assert first.output == b"ready\r\n"
+    assert first.exit_code is None
+    update = await process.afeed(b"hello pty\n", wait=0.3)
+    assert update.output == b"hello pty\r\ngot:hello pty\r\n"  # the terminal echoes input
+    assert lizard_counters.counters()["routes"] == {EXEC: 2}
+    tty = await astart_interactive(
+        module_session, ["python3", "-c", "import sys; print(sys.stdin.isatty())"], tty=True, wait=2
+    )
+    assert tty[1].output.strip() == b"True"
+    await process.aterminate()
+    await process.aterminate()  # harmless
+
+
+async def test_a_pipe_process_ends_with_its_exit_code_and_refuses_input(
+    module_session: Any,
+) -> None:
+    process, update = await astart_interactive(
+        module_session, ["sh", "-c", "echo out; echo err >&2; exit 3"], wait=5
+    )
+    assert update == type(update)(b"out\nerr\n", 3)
+    with pytest.raises(BrokenPipeError):
+        await process.afeed(b"late", wait=0.1)
+    await process.aterminate()
+
+
+async def test_output_comes_in_order_across_calls_and_a_timeout_kills(module_session: Any) -> None:
+    process, update = await astart_interactive(module_session, ["cat"], wait=0.1)
+    assert update.output == b""
+    assert (await process.afeed(b"abc\n", wait=0.3)).output == b"abc\n"
+    assert (await process.afeed(b"def\n", wait=0.3)).output == b"def\n"
+    await process.aterminate()
+    slow, _ = await astart_interactive(module_session, ["sleep", "30"], wait=0.1, timeout=0.5)
+    assert (await slow.afeed(b"", wait=3)).exit_code == 124
+
+
+async def test_bad_arguments_fail_before_any_request(
+    module_session: Any, lizard_counters: LocalServer
+) -> None:
+    lizard_counters.reset_counters()
+    with pytest.raises(TypeError):
+        await astart_interactive(module_session, [])
+    with pytest.raises(ValueError, match="timeout"):
+        await astart_interactive(module_session, ["true"], timeout=0)
+    assert lizard_counters.counters()["total"] == 0
+
+
+async def test_a_cancelled_start_ends_its_process(module_session: Any) -> None:
+    token = "interactive-cancel-3f7a"
+    task = asyncio.create_task(
+        astart_interactive(module_session, ["sh", "-c", f"sleep 600 # {token}"], wait=20)
+    )
+    for _ in range(200):
+        if pids_carrying(token):
+            break
+        await asyncio.sleep(0.05)
+    assert pids_carrying(token)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not pids_carrying(token)
+
+
+async def test_another_user_gets_its_own_process(module_session: Any) -> None:
+    await astart_interactive(module_session, ["true"], wait=1)  # root's folder first
+    process, update = await astart_interactive(module_session, ["id", "-un"], user="nobody", wait=5)
+    assert update == type(update)(b"nobody\n", 0)
+    await process.aterminate()
+
+
+async def test_a_stop_that_overtakes_its_start_leaves_nothing_running(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch, lizard_counters: LocalServer
+) -> None:
+    # A cancelled start's stop can reach the sandbox before the start itself (a request still
+    # in flight): the start must then run nothing.
+    token = "interactive-overtaken-9c41"
+    name = uuid.uuid4()
+    monkeypatch.setattr(interactive.uuid, "uuid4", lambda: name)
+    early = interactive.InteractiveProcess(module_session, f"{interactive._PREFIX}{name.hex}", None)
+    await early.aterminate()
+    lizard_counters.reset_counters()
+    await early.aterminate()  # harmless, and no second request
+    assert lizard_counters.counters()["total"] == 0
+    with pytest.raises(GuestProtocolError):
+        await astart_interactive(module_session, ["sh", "-c", f"sleep 600 # {token}"], wait=1)
+    await asyncio.sleep(0.3)
+    assert not pids_carrying(token)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        """b'{"read": 3000000, "exit": null}\\n' + b"x" * 3000000""",  # past the budget
+        """b'{"read": 5, "exit": null}\\nabc'""",  # shorter than its header says
+        """b'{"read": 0, "exit": "zero"}\\n'""",  # an exit code that is not one
+        """b'no header'""",
+    ],
+    ids=["oversized", "short", "bad-exit", "no-header"],
+)
+async def test_the_host_bounds_and_checks_what_each_call_answers(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch, answer: str
+) -> None:
+    # The sandbox is untrusted: whatever answers in the guest's place is bounded on the host.
+    script = f"import sys; sys.stdout.buffer.write({answer})"
+    monkeypatch.setattr(interactive, "_GUEST", script)
+    with pytest.raises(GuestProtocolError):
+        await astart_interactive(module_session, ["true"], wait=0.1)
+
+
+async def test_unread_output_is_bounded_in_the_sandbox_and_none_is_lost(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(interactive, "BACKLOG", 1024 * 1024)
+    total = 6 * 1024 * 1024
+    producer = (
+        "import sys\n"
+        f"for i in range({total // 65536}):\n"
+        "    sys.stdout.buffer.write(bytes([65 + i % 26]) * 65536)\n"
+        "sys.stdout.flush()\n"
+        "import time; time.sleep(600)\n"
+    )
+    process, first = await astart_interactive(module_session, ["python3", "-c", producer], wait=2)
+    try:
+        size = await arun_command(module_session, ["stat", "-c", "%s", f"{process._directory}/out"])
+        # What the first call took, plus at most the backlog and one read of the process.
+        assert int(size.stdout) <= len(first.output) + 1024 * 1024 + 65536
+        received = bytearray(first.output)
+        while len(received) < total:
+            update = await process.afeed(b"", wait=0.5)
+            assert update.output, "the process stopped producing although it was read"
+            received += update.output
+        expected = b"".join(bytes([65 + i % 26]) * 65536 for i in range(total // 65536))
+        assert bytes(received) == expected
+    finally:
+        await process.aterminate()
