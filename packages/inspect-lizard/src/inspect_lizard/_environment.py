@@ -51,8 +51,8 @@ import logging
 import os
 import posixpath
 import threading
-from collections.abc import AsyncGenerator, Iterable
-from typing import Any, Final, Literal, cast, overload
+from collections.abc import Iterable
+from typing import Any, Final, Literal, overload
 
 import anyio
 from inspect_ai.util import (
@@ -263,7 +263,7 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         size = 0
         with inspect_errors():
             # An async generator: closing it early schedules its job directory's removal.
-            reader = cast(AsyncGenerator[bytes, None], self._files.aiter_bytes(self._path(file)))
+            reader = self._files.aiter_bytes(self._path(file))
             async with contextlib.aclosing(reader) as chunks:
                 async for chunk in chunks:
                     size += len(chunk)

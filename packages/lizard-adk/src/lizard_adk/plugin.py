@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import base64
 import contextlib
-from collections.abc import AsyncGenerator
 from dataclasses import dataclass
-from typing import Any, Final, Unpack, cast
+from typing import Any, Final, Unpack
 
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.agents.llm_agent import ToolUnion
@@ -188,7 +187,7 @@ class LizardPlugin(BasePlugin):
         pieces: list[bytes] = []
         size = 0
         # Read piece by piece, never holding more than the limit plus one piece.
-        reader = cast(AsyncGenerator[bytes, None], files.aiter_bytes(path))
+        reader = files.aiter_bytes(path)
         async with contextlib.aclosing(reader) as chunks:
             async for chunk in chunks:
                 size += len(chunk)
