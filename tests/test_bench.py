@@ -104,7 +104,7 @@ def test_strands_operations_run_on_our_side_only() -> None:
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 40
+    assert len(catalogue.OPERATIONS) == 42
     for op in catalogue.OPERATIONS + catalogue.PROBES:
         assert hasattr(driver.Workload, f"_op_{op.name}"), op.name
     # No 0.1.x release has the OpenAI Agents adapter: its rows are measured on our side only.
@@ -557,10 +557,19 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
 def test_win_targets_judge_restore_against_create_and_setup() -> None:
     twenty = Setting(20)
     won = make_run((twenty,), restore={OURS: [sample(90)]}, create_setup={OURS: [sample(140)]})
-    assert report.win_lines(won) == [
+    assert report.win_lines(won)[0] == (
         "- ✅ restore from a snapshot beats create + setup at 20 ms per response — "
         "90.0 ms vs 140 ms"
-    ]
+    )
+    inspect = make_run(
+        (twenty,),
+        inspect_sample_snapshot={OURS: [sample(80)]},
+        inspect_sample_setup={OURS: [sample(130)]},
+    )
+    assert report.win_lines(inspect)[1] == (
+        "- ✅ an Inspect sample from the task's snapshot beats one that runs the setup at 20 ms "
+        "per response — 80.0 ms vs 130 ms"
+    )
     lost = make_run((twenty,), restore={OURS: [sample(150)]}, create_setup={OURS: [sample(140)]})
     assert report.win_lines(lost)[0].startswith("- ❌")
     assert "not measured" in report.win_lines(make_run((twenty,), restore={OURS: [sample(1)]}))[0]

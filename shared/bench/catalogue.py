@@ -125,6 +125,18 @@ OPERATIONS: Final = (
     Operation(
         "restore", "new session from a snapshot of that setup + first command", "lifecycle", True
     ),
+    Operation(
+        "inspect_sample_setup",
+        "Inspect sample init (a new sandbox) + the setup + first command",
+        "lifecycle",
+        True,
+    ),
+    Operation(
+        "inspect_sample_snapshot",
+        "Inspect sample init from the task's setup snapshot + first command",
+        "lifecycle",
+        True,
+    ),
     Operation("pause_resume", "pause + resume + first command", "lifecycle"),
     Operation("fork_warm", "fork of a warm executor + first cell in the copy", "lifecycle", True),
     Operation("strands_execute", "Strands `execute('true')`", "strands"),
@@ -315,5 +327,10 @@ class WinTarget:
 
 WIN_TARGETS: Final = (
     WinTarget("restore", "create_setup", "restore from a snapshot beats create + setup"),
+    WinTarget(
+        "inspect_sample_snapshot",
+        "inspect_sample_setup",
+        "an Inspect sample from the task's snapshot beats one that runs the setup",
+    ),
 )
 """Pairs of our own operations where the first must win."""

@@ -9,12 +9,17 @@ split, every ``act`` checked after the clock stops.
   files of 10 KiB, as a small installed package would be), and a first command.
 - ``restore``: a new session from a snapshot holding those files, and the same first command.
   ``catalogue.WIN_TARGETS`` asks it to beat ``create_setup``.
+- ``inspect_sample_setup`` / ``inspect_sample_snapshot``: the same through inspect-lizard, as
+  Inspect's eval loop inits a sample: ``sample_init`` then the setup and the first command,
+  against ``sample_init`` from the task's setup snapshot (made once by ``task_init``) and the
+  first command.
 - ``pause_resume``: pause a warm session, resume it, run a first command.
 - ``fork_warm``: fork a session whose kernel holds state and run a first cell in the copy.
 """
 
 from __future__ import annotations
 
+import shlex
 from typing import Any, Final
 
 __all__ = ["LifecycleOps"]
@@ -89,6 +94,56 @@ class LifecycleOps:
 
         return Prepared(act, self._check_files, lambda: [s.destroy() for s in made] and None)
 
+    @staticmethod
+    def _inspect_config(setup: str | None) -> Any:
+        from inspect_lizard import LizardSandboxConfig
+
+        return LizardSandboxConfig(
+            template="base", lifetime_ms=LIFECYCLE_LIFETIME_MS, keep_alive=False, setup=setup
+        )
+
+    def _inspect_sample(self, config: Any, setup: bool) -> Any:
+        import anyio
+        from inspect_ai.util import ExecResult
+        from workload import Prepared, WorkloadError
+
+        from inspect_lizard import LizardSandboxEnvironment as Env
+
+        made: list[Any] = []
+
+        async def init() -> ExecResult[str]:
+            environments = await Env.sample_init("bench", config, {})
+            made.append(environments)
+            sandbox = environments["default"]
+            if setup:
+                await sandbox.exec(["python3", "-c", SETUP])
+            return await sandbox.exec(FIRST_COMMAND)
+
+        def check(result: object) -> None:
+            if getattr(result, "stdout", "").strip() != "100":
+                raise WorkloadError(f"the first command saw {result!r}, not 100 files")
+
+        def finish() -> None:
+            for environments in made:
+                anyio.run(Env.sample_cleanup, "bench", config, environments, False)
+
+        return Prepared(lambda: anyio.run(init), check, finish)
+
+    def _op_inspect_sample_setup(self) -> Any:
+        return self._inspect_sample(self._inspect_config(None), setup=True)
+
+    def _op_inspect_sample_snapshot(self) -> Any:
+        import anyio
+
+        from inspect_lizard import LizardSandboxEnvironment as Env
+
+        state = self._lifecycle_state()
+        if "inspect_config" not in state:
+            config = self._inspect_config(f"python3 -c {shlex.quote(SETUP)}")
+            anyio.run(Env.task_init, "startup", config)  # the setup, once, snapshotted
+            state["inspect_config"] = config
+        return self._inspect_sample(state["inspect_config"], setup=False)
+
     def _op_pause_resume(self) -> Any:
         from workload import Prepared
 
@@ -146,6 +201,16 @@ class LifecycleOps:
                 session.destroy()
             except Exception as exc:  # keep closing the rest
                 errors.append(f"lifecycle session destroy: {exc!r}")
+        if "inspect_config" in state:
+            try:
+                import anyio
+
+                from inspect_lizard import LizardSandboxEnvironment
+
+                config = state["inspect_config"]
+                anyio.run(LizardSandboxEnvironment.task_cleanup, "shutdown", config, True)
+            except Exception as exc:
+                errors.append(f"inspect setup snapshot delete: {exc!r}")
         if "snapshot" in state:
             try:
                 from lizard_core.snapshots import delete_snapshots

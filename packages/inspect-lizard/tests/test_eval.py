@@ -8,6 +8,8 @@ run concurrently, each in a sandbox of its own that sample cleanup destroys.
 from __future__ import annotations
 
 import logging
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +30,7 @@ from inspect_ai.tool import ToolChoice, ToolInfo, bash, python
 
 from inspect_lizard import LizardSandboxConfig
 from lizard_core.config import SandboxConfig
+from lizard_core.inventory import find_sandboxes
 from lizard_core.session import Session
 from lizard_local import LocalServer
 
@@ -167,14 +170,27 @@ def test_the_runs_shutdown_cleanup_destroys_a_sandbox_whose_sample_cleanup_faile
     assert set(lizard_counters.sandboxes()) == before
 
 
-def test_no_sandbox_cleanup_keeps_the_sandbox_and_logs_its_id(
+def writes_a_file(
+    messages: list[ChatMessage], tools: list[ToolInfo], choice: ToolChoice, config: GenerateConfig
+) -> ModelOutput:
+    """One bash call that leaves a file, then an answer with its output."""
+    results = [m.text.strip() for m in messages if isinstance(m, ChatMessageTool)]
+    if not results:
+        output = ModelOutput.for_tool_call(MODEL, "bash", {"command": "echo ran | tee kept.txt"})
+    else:
+        output = ModelOutput.from_content(MODEL, results[0])
+    output.usage = ModelUsage(input_tokens=1, output_tokens=1, total_tokens=2)
+    return output
+
+
+def test_no_sandbox_cleanup_keeps_the_sandbox_paused_for_a_later_process(
     lizard_counters: LocalServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     before = set(lizard_counters.sandboxes())
     caplog.set_level(logging.WARNING, logger="inspect_lizard")
     [log] = inspect_eval(
         _one_sample_task(LizardSandboxConfig(template="base", lifetime_ms=300_000)),
-        model=get_model(MODEL, custom_outputs=bash_once),
+        model=get_model(MODEL, custom_outputs=writes_a_file),
         log_dir=str(tmp_path),
         display="none",
         sandbox_cleanup=False,
@@ -182,7 +198,20 @@ def test_no_sandbox_cleanup_keeps_the_sandbox_and_logs_its_id(
     assert log.status == "success", log.error
     [kept] = set(lizard_counters.sandboxes()) - before
     try:
-        assert f"Kept Lizard sandbox {kept} running" in caplog.text
+        assert f"Kept Lizard sandbox {kept} paused" in caplog.text
+        [record] = [r for r in find_sandboxes(SandboxConfig.from_env()) if r.sandbox_id == kept]
+        assert record.status == "paused"
+        # A later run, in a new process: the shell the log names attaches by id, resumes the
+        # sandbox and finds the sample's file.
+        done = subprocess.run(
+            [sys.executable, "-m", "inspect_lizard.shell", kept, "--cwd", "/workspace"],
+            input="cat kept.txt\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout == "ran\n"
     finally:
         Session(SandboxConfig.from_env(), sandbox_id=kept).destroy()
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from lizard_core.checks import check_absolute_path, package_version
 from lizard_core.config import MAX_LIFETIME_MS, MIN_LIFETIME_MS, SandboxConfig, Size
+from lizard_core.snapshots import check_snapshot_id
 
 __all__ = ["INTEGRATION", "TASK_METADATA_KEY", "LizardSandboxConfig"]
 
@@ -23,6 +24,7 @@ INTEGRATION: Final = "inspect"
 TASK_METADATA_KEY: Final = "task"
 """Metadata key naming the Inspect task a sandbox was created for (as in 0.1.0)."""
 _TASK_TAG_MAX: Final = 200
+_SESSION_FIELDS: Final = {"working_dir", "keep_alive", "snapshot", "setup", "setup_timeout_s"}
 
 
 class LizardSandboxConfig(BaseModel):
@@ -57,11 +59,31 @@ class LizardSandboxConfig(BaseModel):
     """Environment variables for every command; nothing else is copied from the host."""
     working_dir: str = "/workspace"
     """The sample's working directory: relative paths and ``cwd`` resolve against it."""
+    snapshot: str | None = None
+    """Start every sample's sandbox from this snapshot (its id) instead of an empty template."""
+    setup: str | tuple[str, ...] | None = None
+    """Prepare the task's environment once: a shell command (or an argv) run in ``task_init`` in
+    a sandbox of its own (from ``snapshot`` if given), whose files are snapshotted; every sample
+    starts from that snapshot, and the run's end deletes it."""
+    setup_timeout_s: float = Field(default=1800.0, gt=0, le=86_400)
+    """How long ``setup`` may run."""
 
     def __hash__(self) -> int:
         # Inspect keys its sandbox caches by the configuration; dicts are not hashable.
         fields = {**self.__dict__, "envs": tuple(sorted(self.envs.items()))}
         return hash(tuple(fields.items()))
+
+    @field_validator("snapshot")
+    @classmethod
+    def _snapshot_id(cls, value: str | None) -> str | None:
+        return None if value is None else check_snapshot_id(value)
+
+    @field_validator("setup")
+    @classmethod
+    def _setup(cls, value: str | tuple[str, ...] | None) -> str | tuple[str, ...] | None:
+        if value is not None and not (value.strip() if isinstance(value, str) else value):
+            raise ValueError("setup must be a non-empty command")
+        return value
 
     @field_validator("working_dir")
     @classmethod
@@ -80,12 +102,12 @@ class LizardSandboxConfig(BaseModel):
         No I/O; raises ``TypeError`` / ``ValueError`` for anything invalid.
         """
         labels = {} if task_name is None else {TASK_METADATA_KEY: task_name[:_TASK_TAG_MAX]}
-        # Every field but working_dir and keep_alive is a SandboxConfig setting of that name.
+        # The other fields are SandboxConfig settings of the same name.
         return SandboxConfig.from_env(
             api_key=api_key,
             api_url=api_url,
             metadata=labels,
             integration=INTEGRATION,
             integration_version=package_version("inspect-lizard"),
-            **self.model_dump(exclude={"working_dir", "keep_alive"}),
+            **self.model_dump(exclude=_SESSION_FIELDS),
         )

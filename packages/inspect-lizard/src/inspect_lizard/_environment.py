@@ -8,9 +8,17 @@ Contract (Inspect's own ``self_check`` suite and ``tests/`` prove it against liz
   or the cleanup itself is cancelled. Every sandbox is recorded in Inspect's lifecycle state of
   the run (``sandbox_lifecycle_state()``), and ``task_cleanup`` (Inspect calls it with
   ``"shutdown"`` at the end of the run) destroys what a failed sample cleanup left, or, with
-  ``--no-sandbox-cleanup``, logs the ids it keeps. ``inspect sandbox cleanup lizard`` destroys
-  what this machine's crashed runs left (the ``integration``, ``integration_machine`` tags);
-  ``... lizard all`` what any machine left in the project; ``... lizard ID`` one sandbox.
+  ``--no-sandbox-cleanup``, pauses the sandboxes it keeps (their files stay, only their disk
+  bills) and logs each id with the shell command that resumes it. ``inspect sandbox cleanup
+  lizard`` destroys what this machine's crashed runs left (the ``integration``,
+  ``integration_machine`` tags); ``... lizard all`` what any machine left in the project;
+  ``... lizard ID`` one sandbox.
+- **Prepared environment** (:attr:`LizardSandboxConfig.setup`). ``task_init`` runs the setup
+  once in a sandbox of its own and snapshots its files; every sample's sandbox starts from that
+  snapshot (a restore, not a create plus the setup), as from
+  :attr:`LizardSandboxConfig.snapshot`. The run's ``task_cleanup`` deletes the snapshots it
+  made, and those of the run a lost record left (found by the run's tags); the ``cleanup``
+  command deletes those crashed runs left, as it destroys their sandboxes.
 - **Keep-alive** (:attr:`LizardSandboxConfig.keep_alive`, on by default): a sandbox in use
   outlives ``lifetime_ms``; an idle one still expires.
 - **No I/O when built.** The constructor (and ``task_init``, once per task) checks the
@@ -42,6 +50,7 @@ import errno
 import logging
 import os
 import posixpath
+import threading
 from collections.abc import Iterable
 from typing import Any, Final, Literal, overload
 
@@ -60,10 +69,17 @@ from pydantic import BaseModel
 
 from lizard_core import errors as core
 from lizard_core.commands import CommandResult, arun_command
-from lizard_core.config import SandboxConfig
+from lizard_core.config import (
+    METADATA_INTEGRATION_KEY,
+    METADATA_MACHINE_KEY,
+    METADATA_RUN_KEY,
+    SandboxConfig,
+)
 from lizard_core.files import SandboxFiles
 from lizard_core.inventory import adestroy_sandboxes, afind_sandboxes
+from lizard_core.prepared import prepare_snapshot
 from lizard_core.session import Session
+from lizard_core.snapshots import adelete_snapshots, afind_snapshots
 
 from ._config import INTEGRATION, LizardSandboxConfig
 from ._errors import decode_output, inspect_errors
@@ -74,6 +90,7 @@ __all__ = [
     "CREATE_WAIT_S",
     "DEFAULT_CONCURRENCY",
     "POLL_INTERVAL_S",
+    "SETUP_LABEL",
     "LizardSandboxEnvironment",
 ]
 
@@ -86,6 +103,8 @@ CREATE_WAIT_S: Final = 600.0
 POLL_INTERVAL_S: Final = 0.2
 """How often Inspect's ``exec_remote`` polls a running process (as for its docker sandboxes):
 each poll is one exec, about as cheap as a docker exec."""
+SETUP_LABEL: Final = "inspect task setup"
+"""The name (before its tags) of each snapshot a ``setup`` made, which cleanup deletes."""
 CLEANUP_ALL: Final = "all"
 """``inspect sandbox cleanup lizard all``: every Inspect sandbox of the project, any machine's."""
 
@@ -101,6 +120,24 @@ class _Started:
 
     def __init__(self) -> None:
         self.environments: set[LizardSandboxEnvironment] = set()
+        self.prepared: dict[LizardSandboxConfig, str] = {}  # setup snapshots by configuration
+        self.preparing = threading.Lock()  # one setup per configuration, whoever asks first
+
+    def snapshot_for(self, config: LizardSandboxConfig) -> str | None:
+        """The snapshot a sample of ``config`` starts from; runs its setup if not done yet."""
+        if config.setup is None:
+            return config.snapshot
+        with self.preparing:
+            if config not in self.prepared:
+                record = prepare_snapshot(
+                    config.sandbox_config(),
+                    config.setup,
+                    SETUP_LABEL,
+                    timeout=config.setup_timeout_s,
+                    snapshot_id=config.snapshot,
+                )
+                self.prepared[config] = record.snapshot_id
+            return self.prepared[config]
 
 
 _outside_a_run = _Started()  # sandboxes made outside Inspect's run scope (direct use, tests)
@@ -151,11 +188,16 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         api_key: str | None = None,
         api_url: str | None = None,
         task_name: str | None = None,
+        snapshot_id: str | None = None,
     ) -> None:
         super().__init__()
         self.config = _lizard_config(config)
         settings = self.config.sandbox_config(api_key=api_key, api_url=api_url, task_name=task_name)
-        self._session = Session(settings, keep_alive=self.config.keep_alive)
+        self._session = Session(
+            settings,
+            keep_alive=self.config.keep_alive,
+            snapshot_id=snapshot_id or self.config.snapshot,
+        )
         self._files = SandboxFiles(self._session)
         self._task = task_name
         self._registry: _Started | None = None
@@ -272,6 +314,25 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         if self._registry is not None:
             self._registry.environments.discard(self)
 
+    async def _keep_paused(self) -> None:
+        """Pause the sandbox and leave it (``--no-sandbox-cleanup``): only its disk bills."""
+        state = "paused"
+        with anyio.CancelScope(shield=True):
+            try:
+                await self._session.apause()
+            except core.LizardIntegrationError as error:
+                state = f"running (the pause failed: {error})"
+            await self._session.aclose()
+        sandbox_id = self.sandbox_id
+        _log.warning(
+            "Kept Lizard sandbox %s %s (--no-sandbox-cleanup): reach it with `%s` (which resumes "
+            "it), destroy it with `inspect sandbox cleanup lizard %s`",
+            sandbox_id,
+            state,
+            command_for(str(sandbox_id), cwd=self.config.working_dir),
+            sandbox_id,
+        )
+
     @classmethod
     def config_deserialize(cls, config: dict[str, Any]) -> BaseModel:
         """A :class:`LizardSandboxConfig` from its serialized form (0.1.0's fields included)."""
@@ -284,8 +345,14 @@ class LizardSandboxEnvironment(SandboxEnvironment):
 
     @classmethod
     async def task_init(cls, task_name: str, config: SandboxEnvironmentConfigType | None) -> None:
-        """Check the configuration and credentials before any sample starts (no request)."""
-        _lizard_config(config).sandbox_config(task_name=task_name).require_project()
+        """Check the configuration and credentials; run the ``setup``, if any, and snapshot it.
+
+        Without a ``setup`` no request is made.
+        """
+        lizard = _lizard_config(config)
+        lizard.sandbox_config(task_name=task_name).require_project()
+        if lizard.setup is not None:
+            await _snapshot_for(lizard)
 
     @classmethod
     async def sample_init(
@@ -294,8 +361,13 @@ class LizardSandboxEnvironment(SandboxEnvironment):
         config: SandboxEnvironmentConfigType | None,
         metadata: dict[str, str],
     ) -> dict[str, SandboxEnvironment]:
-        """Create the sample's sandbox; a cancelled or failed create leaves none behind."""
-        environment = cls(_lizard_config(config), task_name=task_name)
+        """Create the sample's sandbox, from the task's snapshot if any.
+
+        A cancelled or failed create leaves none behind.
+        """
+        lizard = _lizard_config(config)
+        snapshot_id = await _snapshot_for(lizard)
+        environment = cls(lizard, task_name=task_name, snapshot_id=snapshot_id)
         environment._registry = _started()
         environment._registry.environments.add(environment)
         try:
@@ -330,19 +402,17 @@ class LizardSandboxEnvironment(SandboxEnvironment):
 
         Inspect calls it with ``task_name="shutdown"`` once the run ends: every sandbox the
         run still holds is destroyed (or, with ``cleanup=False``, logged as kept). Called with
-        a task's name, only that task's are.
+        a task's name, only that task's are. The snapshots the run's ``setup`` made are deleted
+        (kept, and logged, with ``cleanup=False``).
         """
         registry = _started()
         left = [e for e in registry.environments if task_name == "shutdown" or e._task == task_name]
+        with anyio.CancelScope(shield=True):
+            await _delete_prepared(registry, _lizard_config(config), task_name, cleanup)
         if not cleanup:
             for environment in left:
                 if environment.sandbox_id is not None:
-                    _log.warning(
-                        "Kept Lizard sandbox %s running (--no-sandbox-cleanup); destroy it with "
-                        "`inspect sandbox cleanup lizard %s`",
-                        environment.sandbox_id,
-                        environment.sandbox_id,
-                    )
+                    await environment._keep_paused()
                 registry.environments.discard(environment)
             return
         with contextlib.suppress(ExceptionGroup):  # each failure is logged; the rest go on
@@ -370,8 +440,49 @@ class LizardSandboxEnvironment(SandboxEnvironment):
                     raise ValueError(f"No running Lizard sandbox {id!r} was created by Inspect.")
                 ids = [id]
             destroyed = await adestroy_sandboxes(settings, ids)
+            if id is None or id == CLEANUP_ALL:
+                tags = {METADATA_INTEGRATION_KEY: INTEGRATION}
+                if id is None:
+                    tags[METADATA_MACHINE_KEY] = settings.machine_id
+                prepared = await afind_snapshots(settings, tags)
+                await adelete_snapshots(
+                    settings, [r.snapshot_id for r in prepared if r.label == SETUP_LABEL]
+                )
         scope = "" if id is not None else " (this machine's; `all` for the whole project)"
         print(f"Destroyed {len(destroyed)} Lizard sandbox(es){scope}: {' '.join(destroyed) or '-'}")
+
+
+async def _snapshot_for(config: LizardSandboxConfig) -> str | None:
+    registry = _started()
+    if config.setup is None or config in registry.prepared:  # no thread needed
+        return registry.prepared.get(config, config.snapshot)
+    with inspect_errors():
+        return await anyio.to_thread.run_sync(registry.snapshot_for, config)
+
+
+async def _delete_prepared(
+    registry: _Started, config: LizardSandboxConfig, task_name: str, cleanup: bool
+) -> None:
+    """Delete the setup snapshots of ``config`` (of the whole run at ``"shutdown"``)."""
+    shutdown = task_name == "shutdown"
+    made = {c: i for c, i in registry.prepared.items() if shutdown or c == config}
+    if not cleanup:
+        for snapshot_id in made.values():
+            _log.warning("Kept the task's setup snapshot %s (--no-sandbox-cleanup)", snapshot_id)
+        return
+    settings = config.sandbox_config()
+    ids = set(made.values())
+    try:
+        if shutdown:  # and any of this run a lost record left
+            run_tags = {METADATA_INTEGRATION_KEY: INTEGRATION, METADATA_RUN_KEY: settings.run_id}
+            found = await afind_snapshots(settings, run_tags)
+            ids |= {r.snapshot_id for r in found if r.label == SETUP_LABEL}
+        await adelete_snapshots(settings, sorted(ids))
+    except core.LizardIntegrationError as error:
+        _log.warning("Could not delete the setup snapshots %s: %s", " ".join(sorted(ids)), error)
+        return
+    for key in made:
+        registry.prepared.pop(key, None)
 
 
 async def _close_all(environments: Iterable[LizardSandboxEnvironment]) -> None:

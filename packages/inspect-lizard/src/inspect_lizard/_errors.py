@@ -68,6 +68,10 @@ def inspect_errors() -> Iterator[None]:
         # Only exec has an output limit; the read limit is checked by the environment itself.
         limit = SandboxEnvironmentLimits.MAX_EXEC_OUTPUT_SIZE_STR
         raise OutputLimitExceededError(limit, partial) from error
+    except core.SetupFailedError as error:
+        raise LizardSandboxError(
+            f"The task's setup exited with code {error.exit_code}:\n{error.output}"
+        ) from error
     except core.CredentialsError as error:
         raise LizardSandboxError(
             "Lizard rejected the credentials: set a valid LIZARD_API_KEY and LIZARD_PROJECT_ID."

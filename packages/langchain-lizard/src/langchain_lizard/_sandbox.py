@@ -7,8 +7,14 @@ lizard-local in ``tests/``, LangChain's standard sandbox suite included):
 - **No I/O until first use.** Building checks every argument (``TypeError`` / ``ValueError``)
   and makes no request; the first operation creates the sandbox or attaches to the one given.
 - **Ownership.** :meth:`close` (and leaving ``with``) destroys a sandbox this backend created and
-  leaves one it attached to (``sandbox_id=``, or a ``lizard.Sandbox`` as in 0.1.0) running;
-  :meth:`kill` destroys either. A gone sandbox is ``SandboxUnavailableError``, never replaced.
+  leaves one it attached to (``sandbox_id=``, or a ``lizard.Sandbox`` as in 0.1.0) as it is;
+  :meth:`kill` destroys either.
+- **Across runs.** :meth:`pause` stops a sandbox's billing for compute (files stay, processes
+  end) and the next operation, or :meth:`resume`, boots it again; ``close(keep=True)`` pauses and
+  leaves it for a later run, which attaches by ``sandbox_id=`` (a paused sandbox is resumed, its
+  lifetime renewed). ``snapshot_id=`` creates the sandbox from a snapshot's files; ``volume=``
+  mounts a named volume (made if absent) at ``/workspace``; ``idle_pause_s=`` pauses it when
+  idle. A gone sandbox is ``SandboxUnavailableError``, never replaced.
 - **Commands**, one request each, run under ``/bin/sh`` with stderr joined to stdout, so the
   output keeps the order it was written in; a non-zero exit is a result. A timeout (default
   30 minutes) returns the partial output with exit code 124; passing ``output_limit`` stops the
@@ -92,6 +98,12 @@ def _check_timeout(timeout: object) -> float | None:
     return None if timeout == 0 else float(timeout)
 
 
+def _check_keep(keep: object) -> bool:
+    if type(keep) is not bool:
+        raise TypeError("keep must be a bool")
+    return keep
+
+
 def _check_command(command: object) -> list[str]:
     if not isinstance(command, str):
         raise TypeError(f"command must be a str, not {type(command).__name__}")
@@ -122,6 +134,11 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         allowed_hosts: With no internet, the hosts that stay reachable.
         keep_alive: Extend the sandbox's lifetime while it is used (default True).
         output_limit: Bytes of output a command may produce before it is stopped.
+        snapshot_id: Create the sandbox from this snapshot (its files).
+        volume: Mount this volume (by name; made if absent) at ``/workspace`` of a created
+            sandbox; its files outlive the sandbox.
+        idle_pause_s: Pause the sandbox after this many idle seconds; the next operation
+            resumes it.
     """
 
     enable_capture_offload = True
@@ -147,6 +164,9 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         allowed_hosts: Sequence[str] | None = None,
         keep_alive: bool = True,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
+        snapshot_id: str | None = None,
+        volume: str | None = None,
+        idle_pause_s: float | None = None,
     ) -> None:
         self._timeout = _check_timeout(timeout)
         if isinstance(output_limit, bool) or not isinstance(output_limit, int):
@@ -163,7 +183,8 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
             "internet_access": internet_access,
             "allowed_hosts": allowed_hosts,
         }
-        given = sorted(name for name, value in creation.items() if value is not None)
+        sessions: dict[str, Any] = {"snapshot_id": snapshot_id, "volume": volume}
+        given = sorted(n for n, v in {**creation, **sessions}.items() if v is not None)
         if sandbox is not None or sandbox_id is not None:
             if given:
                 raise ValueError(f"{', '.join(given)} apply only to a sandbox this backend creates")
@@ -172,6 +193,8 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         if sandbox is not None:
             if api_key is not None or api_url is not None or project_id is not None:
                 raise ValueError("a lizard.Sandbox brings its own api_key and api_url")
+            if idle_pause_s is not None:
+                raise ValueError("idle_pause_s needs a sandbox_id or a created sandbox")
             self._session = session_for_sdk_sandbox(
                 sandbox,
                 keep_alive=keep_alive,
@@ -190,7 +213,13 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
                 integration_version=package_version("langchain-lizard"),
                 **{name: value for name, value in creation.items() if value is not None},
             )
-            self._session = Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
+            self._session = Session(
+                config,
+                sandbox_id=sandbox_id,
+                keep_alive=keep_alive,
+                idle_pause_s=idle_pause_s,
+                **sessions,
+            )
         self._files = SandboxFiles(self._session)
 
     # ── identity and lifetime ────────────────────────────────────────────
@@ -212,21 +241,59 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
     def __repr__(self) -> str:
         return f"LizardSandbox(sandbox_id={self.sandbox_id!r})"
 
-    def close(self) -> None:
-        """Stop using the sandbox: destroy it if this backend created it; idempotent."""
+    def close(self, *, keep: bool = False) -> None:
+        """Stop using the sandbox: destroy it if this backend created it; idempotent.
+
+        ``keep=True`` pauses it instead (either kind) for a later run to attach to by
+        :attr:`sandbox_id`.
+        """
         with sandbox_errors():
-            if self._session.created:
+            if _check_keep(keep):
+                self._session.pause()
+                self._session.close()
+            elif self._session.created:
                 self._session.destroy()
             else:
                 self._session.close()
 
-    async def aclose(self) -> None:
+    async def aclose(self, *, keep: bool = False) -> None:
         """Async :meth:`close`."""
         with sandbox_errors():
-            if self._session.created:
+            if _check_keep(keep):
+                await self._session.apause()
+                await self._session.aclose()
+            elif self._session.created:
                 await self._session.adestroy()
             else:
                 await self._session.aclose()
+
+    def pause(self) -> None:
+        """Pause the sandbox: files stay, processes end, compute billing stops (blocking).
+
+        The next operation resumes it (a fresh boot); no request if there is no sandbox yet.
+        """
+        with sandbox_errors():
+            self._session.pause()
+
+    async def apause(self) -> None:
+        """Async :meth:`pause`."""
+        with sandbox_errors():
+            await self._session.apause()
+
+    def resume(self) -> None:
+        """Resume the sandbox this backend paused (blocking); it boots fresh with its files."""
+        with sandbox_errors():
+            self._session.resume()
+
+    async def aresume(self) -> None:
+        """Async :meth:`resume`."""
+        with sandbox_errors():
+            await self._session.aresume()
+
+    @property
+    def paused(self) -> bool:
+        """True while this backend holds its sandbox paused (no request)."""
+        return self._session.paused
 
     def kill(self) -> None:
         """Destroy the sandbox, whoever created it; idempotent. A gone one counts as done."""

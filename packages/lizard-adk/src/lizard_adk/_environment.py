@@ -3,9 +3,14 @@
 Contract (proven against lizard-local in ``tests/test_environment.py``, with the behaviours of
 ADK's own ``LocalEnvironment`` tests):
 
-- **Lifecycle.** Building it makes no request. ``initialize()`` creates the sandbox (or attaches
-  to ``sandbox_id``); ``close()`` destroys one it created, leaves an attached one running, and
-  ``initialize()`` afterwards starts over; both are idempotent. Use before ``initialize()`` or
+- **Lifecycle.** Building it makes no request. ``initialize()`` creates the sandbox (from
+  ``snapshot_id`` if given) or attaches to ``sandbox_id`` (resuming a paused one); ``close()``
+  destroys one it created, leaves an attached one as it is, and ``initialize()`` afterwards
+  starts over; both are idempotent. ``close(keep=True)`` (or ``keep=True`` when built, for the
+  ``close()`` ADK's ``Runner`` makes through ``EnvironmentToolset``) pauses the sandbox and
+  leaves it for a
+  later run to attach to by :attr:`~LizardEnvironment.sandbox_id`: its files stay, its
+  processes end, and only its disk bills. Use before ``initialize()`` or
   after ``close()`` is a ``RuntimeError``. A sandbox that expired or was killed raises
   ``SandboxGoneError`` and is never replaced (ADK's E2B environment would recreate it, files
   lost); ``keep_alive`` (on by default) extends the lifetime while the environment is used.
@@ -72,7 +77,8 @@ class LizardEnvironment(BaseEnvironment):
 
     Takes the :class:`~lizard_adk.SandboxOptions` as keyword arguments (template ``base`` by
     default), plus ``working_dir`` (absolute; where commands run and relative paths point) and
-    ``output_limit`` (bytes kept per output stream of a command before it is stopped).
+    ``output_limit`` (bytes kept per output stream of a command before it is stopped) and
+    ``keep`` (``close()`` pauses the sandbox for a later run instead of destroying it).
     """
 
     def __init__(
@@ -81,8 +87,12 @@ class LizardEnvironment(BaseEnvironment):
         working_dir: str = DEFAULT_WORKING_DIR,
         output_limit: int = DEFAULT_OUTPUT_LIMIT,
         max_output_chars: int = DEFAULT_MAX_OUTPUT_CHARS,
+        keep: bool = False,
         **options: Unpack[SandboxOptions],
     ) -> None:
+        if type(keep) is not bool:
+            raise TypeError("keep must be a bool")
+        self._keep = keep
         self._working_dir = check_dir("working_dir", working_dir)
         self._output_limit = _check_limit("output_limit", output_limit)
         self._max_chars = _check_limit("max_output_chars", max_output_chars)
@@ -92,13 +102,17 @@ class LizardEnvironment(BaseEnvironment):
         make_session(options, template="base")  # validates every option now, with no I/O
         self._attached = options.get("sandbox_id") is not None
         self._session: Session | None = None
+        self._kept_id: str | None = None
         self._files: SandboxFiles | None = None
         self._is_initialized = False
 
     @property
     def sandbox_id(self) -> str | None:
-        """The sandbox's id once ``initialize()`` created or attached it, else None."""
-        return None if self._session is None else self._session.sandbox_id
+        """The sandbox's id once ``initialize()`` created or attached it, else None.
+
+        Still set after ``close(keep=True)``: save it for the next run.
+        """
+        return self._kept_id if self._session is None else self._session.sandbox_id
 
     @property
     def working_dir(self) -> Path:
@@ -119,16 +133,25 @@ class LizardEnvironment(BaseEnvironment):
         await self._session.asandbox()
         self._is_initialized = True
 
-    async def close(self) -> None:
+    async def close(self, *, keep: bool | None = None) -> None:
         """Destroy the sandbox, unless it was attached to; idempotent.
 
-        A destroy that fails raises and keeps the sandbox, so ``close()`` can be retried.
+        ``keep=True`` (default: as built) pauses it instead, either kind, and leaves it for a
+        later run: save :attr:`sandbox_id` first. A destroy that fails raises and keeps the
+        sandbox, so ``close()`` can be retried.
         """
+        keep = self._keep if keep is None else keep
+        if type(keep) is not bool:
+            raise TypeError("keep must be a bool")
         session = self._session
         self._is_initialized = False
         if session is None:
             return
-        if self._attached:
+        if keep:
+            await session.apause()
+            await session.aclose()
+            self._kept_id = session.sandbox_id
+        elif self._attached:
             await session.aclose()
         else:
             await session.adestroy()  # raises, keeping the session, if the destroy fails

@@ -2,8 +2,11 @@
 
 Contract (proven against lizard-local in ``tests/test_executor.py``, with ADK ``Runner`` runs):
 
-- **Sandbox.** One per executor, created by the first block (or attached to with ``sandbox_id``);
-  ``close()`` destroys one it created. Building it makes no request. Every ADK session of the
+- **Sandbox.** One per executor, created by the first block (from ``snapshot_id`` if given, also
+  when it replaces an expired one) or attached to with ``sandbox_id`` (a paused one is resumed);
+  ``close()`` destroys one it created, ``close(keep=True)`` pauses it for a later run to attach
+  to (its files stay; the first stateful block there says its variables were lost). Building
+  it makes no request. Every ADK session of the
   agent shares the sandbox (each with its own namespace): give users their own executor when
   their files must not meet. Keep-alive (on by default) extends it while blocks run; once it
   has expired anyway (idle past ``lifetime_ms``) or was destroyed, the next block creates a new
@@ -26,7 +29,9 @@ Contract (proven against lizard-local in ``tests/test_executor.py``, with ADK ``
   DataFrame as its table), as in a notebook; past ``lizard_core.truncation``'s limit the model
   gets its head and tail around a marker. ``stderr`` is set exactly when the block failed
   (exception and traceback, timeout, lost kernel), which ADK counts against
-  ``error_retry_attempts``; a successful block's stderr (warnings) goes to ``stdout``.
+  ``error_retry_attempts``; a successful block's stderr (warnings) goes to ``stdout``. When a
+  session's state was lost (a resume, a snapshot, a replaced sandbox), its next block's output
+  says why first; the block fails or succeeds on its own.
 - **Timeout.** ``timeout_seconds`` (default 300, as ADK's local executor; None: the platform's
   one-hour limit) interrupts the block and keeps the namespace.
 - **Errors.** A sandbox gone, rejected credentials and API failures raise ``lizard_core``'s
@@ -183,13 +188,21 @@ class LizardCodeExecutor(BaseCodeExecutor):
 
     __str__ = __repr__
 
-    def close(self) -> None:
-        """Destroy the sandbox (an attached one keeps running); idempotent."""
+    def close(self, *, keep: bool = False) -> None:
+        """Destroy the sandbox (an attached one keeps running); idempotent.
+
+        ``keep=True`` pauses it (either kind) for a later run: save :attr:`sandbox_id` first.
+        """
+        if type(keep) is not bool:
+            raise TypeError("keep must be a bool")
         self._closed = True
         if self._finalizer is not None:
             self._finalizer.detach()
         session = self._box.session
-        if self._attached:
+        if keep:
+            session.pause()
+            session.close()
+        elif self._attached:
             session.close()
         else:
             session.destroy()
@@ -279,14 +292,19 @@ def _adk_result(
     main = result.main_result
     if main is not None and main.text is not None and not set(_IMAGES) & set(main.data):
         stdout += ("\n" if stdout and not stdout.endswith("\n") else "") + main.text + "\n"
-    failure = [result.notice] if result.notice and (stateful or result.error) else []
+    # A lost state matters to a session that had one, or explains a failure; a block that
+    # succeeded still succeeds, with the notice before its output.
+    notice = [result.notice] if result.notice and (stateful or result.error) else []
+    failure: list[str] = []
     if result.timed_out:
         failure.append(f"Code execution timed out after {timeout:g} seconds.")
     elif result.error is not None:
         failure.append(result.error.traceback or f"{result.error.name}: {result.error.message}")
     if failure:
+        failure = notice + failure
         stderr = result.stderr + "".join(text.rstrip("\n") + "\n" for text in failure)
     else:
         stdout, stderr = stdout + result.stderr, ""  # warnings of a block that succeeded
+        stdout = "".join(f"[lizard: {text}]\n" for text in notice) + stdout
     stdout = head_and_tail(stdout) + "".join(note + "\n" for note in notes)
     return CodeExecutionResult(stdout, head_and_tail(stderr), files, exit_code=1 if stderr else 0)

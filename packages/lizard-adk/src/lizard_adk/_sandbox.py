@@ -29,7 +29,14 @@ class SandboxOptions(BasicSandboxOptions, total=False):
     env_vars: Mapping[str, str] | None
     """Environment variables for the sandbox; nothing is copied from the host."""
     sandbox_id: str | None
-    """Attach to this running sandbox instead of creating one; it is left running at close."""
+    """Attach to this sandbox instead of creating one (a paused one is resumed, its lifetime
+    renewed); ``close()`` leaves it as it is."""
+    snapshot_id: str | None
+    """Create the sandbox from this snapshot (its files) instead of an empty template."""
+    volume: str | None
+    """Mount this volume (by name, made if absent) at ``/workspace`` of a created sandbox."""
+    idle_pause_s: float | None
+    """Pause the sandbox after this many idle seconds; the next operation resumes it."""
     keep_alive: bool
     """Extend the lifetime while in use (default True; one request per half lifetime at most)."""
     region: str | None
@@ -57,9 +64,10 @@ def make_session(options: Mapping[str, Any], **defaults: Any) -> Session:
     if unknown:
         raise TypeError(f"unexpected keyword arguments: {', '.join(unknown)}")
     merged = {"lifetime_ms": DEFAULT_LIFETIME_MS, **defaults, **options}
-    sandbox_id, keep_alive = merged.pop("sandbox_id", None), merged.pop("keep_alive", True)
+    session = {k: merged.pop(k, None) for k in ("sandbox_id", "snapshot_id", "volume")}
+    idle_pause_s, keep_alive = merged.pop("idle_pause_s", None), merged.pop("keep_alive", True)
     merged["envs"] = merged.pop("env_vars", None)
     config = SandboxConfig.from_env(
         **merged, integration=INTEGRATION, integration_version=package_version("lizard-adk")
     )
-    return Session(config, sandbox_id=sandbox_id, keep_alive=keep_alive)
+    return Session(config, keep_alive=keep_alive, idle_pause_s=idle_pause_s, **session)

@@ -90,6 +90,7 @@ __all__ = [
     "SandboxGoneError",
     "SandboxPausedError",
     "SandboxStateError",
+    "SetupFailedError",
     "StateWaitTimeoutError",
     "TransientError",
     "UnsafeArchiveError",
@@ -203,6 +204,18 @@ class SandboxPausedError(SandboxStateError):
 
 class StateWaitTimeoutError(SandboxStateError, TimeoutError):
     """A pause or resume did not reach its state within the session's bounded wait."""
+
+
+class SetupFailedError(LizardIntegrationError):
+    """A setup command (:func:`lizard_core.prepared.prepare_snapshot`) exited non-zero.
+
+    ``exit_code`` is its exit code; ``output`` the head and tail of its stdout and stderr.
+    """
+
+    def __init__(self, message: str, *, exit_code: int, output: str) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+        self.output = output
 
 
 class _PartialOutputError(LizardIntegrationError):
