@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import lizard
@@ -220,6 +221,34 @@ def test_close_destroys_a_created_sandbox_and_may_be_repeated(lizard_local: Loca
     backend.close()
     with pytest.raises(SandboxUnavailableError):
         backend.execute("true")
+
+
+def test_close_during_the_first_calls_create_destroys_what_it_creates(
+    lizard_local: LocalServer,
+) -> None:
+    import threading
+
+    before = set(lizard_local.sandboxes())
+    backend = LizardSandbox(lifetime_ms=300_000)
+    outcome: list[object] = []
+    lizard_local.set_latency(500)  # the create is in flight when close() comes
+    try:
+        first = threading.Thread(target=lambda: outcome.append(_attempt(backend)))
+        first.start()
+        time.sleep(0.2)
+        backend.close()
+        first.join(30)
+    finally:
+        lizard_local.set_latency(0)
+    assert len(outcome) == 1  # the first call ended (its result or its error), and then:
+    assert set(lizard_local.sandboxes()) == before  # nothing it created is left running
+
+
+def _attempt(backend: LizardSandbox) -> object:
+    try:
+        return backend.execute("true")
+    except SandboxUnavailableError as error:
+        return error
 
 
 def test_creation_options_reach_the_sandbox(lizard_local: LocalServer) -> None:

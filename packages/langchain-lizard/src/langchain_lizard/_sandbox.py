@@ -251,10 +251,9 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
             if _check_keep(keep):
                 self._session.pause()
                 self._session.close()
-            elif self._session.created:
-                self._session.destroy()
             else:
-                self._session.close()
+                # Waits for a create in flight (a racing first call's), so it is not left running.
+                self._session.release()
 
     async def aclose(self, *, keep: bool = False) -> None:
         """Async :meth:`close`."""
@@ -262,10 +261,8 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
             if _check_keep(keep):
                 await self._session.apause()
                 await self._session.aclose()
-            elif self._session.created:
-                await self._session.adestroy()
             else:
-                await self._session.aclose()
+                await self._session.arelease()
 
     def pause(self) -> None:
         """Pause the sandbox: files stay, processes end, compute billing stops (blocking).
