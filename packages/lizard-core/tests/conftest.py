@@ -43,6 +43,19 @@ def no_new_sandboxes(lizard_local: LocalServer) -> Iterator[None]:
 
 
 @pytest.fixture
+def ctrl_c_handler() -> Iterator[None]:
+    """Ctrl-C's own handler for the test: Python leaves SIGINT ignored when it started ignored
+    (a shell's background job, a pytest-xdist worker), and then ``interrupt_main`` does nothing."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture
 def restore_latency(lizard_local: LocalServer) -> Iterator[None]:
     """Reset lizard-local's injected latency after a test that sets it."""
     yield

@@ -117,6 +117,7 @@ def test_an_interrupt_during_the_fork_request_leaves_no_copy_running(
     lizard_local: LocalServer,
     no_new_sandboxes: None,
     restore_latency: None,
+    ctrl_c_handler: None,
 ) -> None:
     # Ctrl-C while the fork's answer is awaited: the platform makes the copies all the same,
     # and only that answer names them.

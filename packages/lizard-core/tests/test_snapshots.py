@@ -178,7 +178,11 @@ def test_a_name_too_long_with_its_tags_is_refused_before_the_snapshot_is_sent(
 
 
 def test_an_interrupt_during_the_snapshot_request_leaves_no_snapshot(
-    session: Session, run_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+    session: Session,
+    run_config: SandboxConfig,
+    lizard_local: LocalServer,
+    restore_latency: None,
+    ctrl_c_handler: None,
 ) -> None:
     # Ctrl-C while the snapshot's answer is awaited: the platform saves it all the same (and
     # bills it by the GB-month), and only that answer names it.
