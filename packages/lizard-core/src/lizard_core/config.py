@@ -64,6 +64,7 @@ __all__ = [
     "SandboxOptions",
     "Size",
     "refuse_creation_options",
+    "wanted_tags",
 ]
 
 Size = Literal["nano", "mini", "small", "medium", "large", "big"]
@@ -562,3 +563,30 @@ def refuse_creation_options(options: Mapping[str, object], *, by: str = "this ob
     """
     if given := sorted(name for name in CREATION_OPTIONS if name in options):
         raise ValueError(f"{', '.join(given)} apply only to a sandbox {by} creates")
+
+
+def wanted_tags(
+    pairs: Mapping[str, str] | None,
+    *,
+    integration: str | None,
+    run_id: str | None,
+    machine_id: str | None,
+    name: str,
+) -> dict[str, str]:
+    """What a sandbox's metadata or a snapshot's tags must hold to match, checked.
+
+    ``pairs`` plus the origin tags given; TypeError for anything but str keys and values.
+    """
+    wanted = dict(pairs or {})
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wanted.items()):
+        raise TypeError(f"{name} must map str to str")
+    for key, value in (
+        (METADATA_INTEGRATION_KEY, integration),
+        (METADATA_RUN_KEY, run_id),
+        (METADATA_MACHINE_KEY, machine_id),
+    ):
+        if value is not None:
+            if not isinstance(value, str):
+                raise TypeError(f"{key} must be a str or None, not {type(value).__name__}")
+            wanted[key] = value
+    return wanted

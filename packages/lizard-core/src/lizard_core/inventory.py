@@ -40,6 +40,7 @@ from lizard_core.config import (
     METADATA_MACHINE_KEY,
     METADATA_RUN_KEY,
     SandboxConfig,
+    wanted_tags,
 )
 from lizard_core.errors import LizardIntegrationError, translated
 from lizard_core.session import Session
@@ -137,18 +138,9 @@ def find_sandboxes(
     """
     if not isinstance(config, SandboxConfig):
         raise TypeError(f"config must be a SandboxConfig, not {type(config).__name__}")
-    wanted = dict(metadata or {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wanted.items()):
-        raise TypeError("metadata must map str to str")
-    for key, value in (
-        (METADATA_INTEGRATION_KEY, integration),
-        (METADATA_RUN_KEY, run_id),
-        (METADATA_MACHINE_KEY, machine_id),
-    ):
-        if value is not None:
-            if not isinstance(value, str):
-                raise TypeError(f"{key} must be a str or None, not {type(value).__name__}")
-            wanted[key] = value
+    wanted = wanted_tags(
+        metadata, integration=integration, run_id=run_id, machine_id=machine_id, name="metadata"
+    )
     if older_than_s is not None:
         if isinstance(older_than_s, bool) or not isinstance(older_than_s, int | float):
             raise TypeError("older_than_s must be a number of seconds or None")

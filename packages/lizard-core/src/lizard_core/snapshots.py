@@ -50,12 +50,7 @@ from lizard_core._bridge import run_blocking
 from lizard_core._platform_calls import NOT_FOUND, retried
 from lizard_core._uninterrupted import uninterrupted
 from lizard_core.checks import check_seconds
-from lizard_core.config import (
-    METADATA_INTEGRATION_KEY,
-    METADATA_MACHINE_KEY,
-    METADATA_RUN_KEY,
-    SandboxConfig,
-)
+from lizard_core.config import SandboxConfig, wanted_tags
 from lizard_core.errors import (
     LizardIntegrationError,
     SandboxStateError,
@@ -261,18 +256,9 @@ def find_snapshots(
     """
     if not isinstance(config, SandboxConfig):
         raise TypeError(f"config must be a SandboxConfig, not {type(config).__name__}")
-    wanted = dict(tags or {})
-    if not all(isinstance(k, str) and isinstance(v, str) for k, v in wanted.items()):
-        raise TypeError("tags must map str to str")
-    for key, value in (
-        (METADATA_INTEGRATION_KEY, integration),
-        (METADATA_RUN_KEY, run_id),
-        (METADATA_MACHINE_KEY, machine_id),
-    ):
-        if value is not None:
-            if not isinstance(value, str):
-                raise TypeError(f"{key} must be a str or None, not {type(value).__name__}")
-            wanted[key] = value
+    wanted = wanted_tags(
+        tags, integration=integration, run_id=run_id, machine_id=machine_id, name="tags"
+    )
     if older_than_s is not None:
         older_than_s = check_seconds(older_than_s, name="older_than_s")
     raws = retried(Sandbox.my_snapshots, (), config.api_kwargs())
