@@ -129,3 +129,18 @@ def test_scope_filters_are_checked_before_any_request(
     with pytest.raises(TypeError):
         find_sandboxes(_config(), older_than_s=True)
     assert api_requests.counts() == {}
+
+
+def test_find_retries_a_listing_that_failed_transiently(
+    lizard_local: LocalServer, api_requests: Any
+) -> None:
+    session = Session(_config(integration="inventory-retry"))
+    try:
+        session.sandbox()
+        lizard_local.inject_fault(LIST, status=503, count=2, retry_after_s=0)
+        api_requests.reset()
+        found = find_sandboxes(_config(), integration="inventory-retry")
+        assert api_requests.counts() == {LIST: 3}  # two refused, the third answered
+        assert [record.sandbox_id for record in found] == [session.sandbox_id]
+    finally:
+        session.destroy()

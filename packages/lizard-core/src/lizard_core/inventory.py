@@ -26,7 +26,6 @@ Contract (proven against lizard-local in ``tests/test_inventory.py``):
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -34,7 +33,7 @@ from datetime import UTC, datetime
 from lizard import Sandbox
 
 from lizard_core._bridge import run_blocking
-from lizard_core._retry import RetryPolicy
+from lizard_core._platform_calls import retried
 from lizard_core.config import (
     METADATA_INTEGRATION_KEY,
     METADATA_MACHINE_KEY,
@@ -42,7 +41,7 @@ from lizard_core.config import (
     SandboxConfig,
     wanted_tags,
 )
-from lizard_core.errors import LizardIntegrationError, translated
+from lizard_core.errors import LizardIntegrationError
 from lizard_core.session import Session
 
 __all__ = [
@@ -146,19 +145,7 @@ def find_sandboxes(
             raise TypeError("older_than_s must be a number of seconds or None")
         if not math.isfinite(older_than_s) or older_than_s < 0:
             raise ValueError(f"older_than_s must be a finite number >= 0, not {older_than_s}")
-    policy = RetryPolicy()
-    retry = 1
-    while True:
-        try:
-            with translated():
-                infos = Sandbox.list(**config.api_kwargs())
-            break
-        except LizardIntegrationError as error:
-            delay = policy.delay(error, retry)
-            if delay is None:
-                raise
-        time.sleep(delay)
-        retry += 1
+    infos = retried(Sandbox.list, kwargs=config.api_kwargs())
     records = [record for record in map(_record, infos or ()) if record is not None]
     now = datetime.now(UTC)
     return [
