@@ -121,15 +121,10 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         config.require_project()
         session = Session(config, volume=volume, snapshot_id=snapshot_id)
         try:
-            await session.asandbox()
-        except BaseException as error:
-            # A create already sent is awaited by lizard_core even when cancelled, so its id is
-            # known here: kill it, whatever ended the wait.
-            await session.adestroy()
-            if isinstance(error, core.LizardIntegrationError):
-                context = failure_context(error)
-                raise SandboxCreateError(str(context["detail"]), context) from error
-            raise
+            await session.aopen()  # one that fails or is cancelled is destroyed
+        except core.LizardIntegrationError as error:
+            context = failure_context(error)
+            raise SandboxCreateError(str(context["detail"]), context) from error
         return session
 
     async def create(
@@ -192,14 +187,13 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         config = self._config_for(state)
         session: Session | None = None
         if state.sandbox_id:
+            # One GET attaches (resuming a paused sandbox); a gone one is replaced below.
             session = Session(config, sandbox_id=state.sandbox_id)
             try:
-                await session.acheck_alive()
+                await session.aopen()
             except core.SandboxGoneError:
-                await session.aclose()
                 session = None
             except core.LizardIntegrationError as error:
-                await session.aclose()
                 context = failure_context(error)
                 raise SandboxCreateError(str(context["detail"]), context) from error
         preserved = session is not None

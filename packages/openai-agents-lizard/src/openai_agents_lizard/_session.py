@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,26 +55,24 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.workspace_paths import coerce_posix_path
 
 from lizard_core import errors as core
-from lizard_core.archives import MAX_MEMBERS, apack_directory, aunpack_archive, iter_chunks
+from lizard_core.archives import MAX_MEMBERS
 from lizard_core.commands import CommandResult, arun_command
 from lizard_core.interactive import Update
 from lizard_core.ports import aexpose_port
 from lizard_core.process_table import ProcessTable
 from lizard_core.resolved_files import (
-    SPOOL_MEMORY,
     PathRefusedError,
     Resolver,
     aread_resolved,
     aresolve,
     awrite_resolved,
 )
-from lizard_core.session import Session
-from lizard_core.snapshots import (
-    adelete_snapshots,
-    atake_snapshot,
-    decode_reference,
-    encode_reference,
+from lizard_core.saved_workspaces import (
+    areplace_from_snapshot,
+    arestore_workspace,
+    asave_workspace,
 )
+from lizard_core.session import Session
 
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
@@ -96,10 +93,6 @@ class _Endpoint(ExposedPortEndpoint):
 
     def __repr__(self) -> str:
         return f"ExposedPortEndpoint(host={self.host!r}, port={self.port}, tls={self.tls})"
-
-
-def _spool() -> tempfile.SpooledTemporaryFile[bytes]:
-    return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
 
 
 def _user_name(user: str | User | None) -> str | None:
@@ -135,21 +128,23 @@ class LizardSandboxSession(BaseSandboxSession):
             await aresolve(self._session, resolver)
         return target
 
+    async def _reapply_ephemeral_manifest_on_resume(self) -> None:
+        # A live sandbox reattached with its root in place: with no ephemeral entries to
+        # rebuild, the SDK would only `mkdir` the root (two requests) before the first command.
+        if self._can_reuse_preserved_workspace_on_resume() and not (
+            self.state.manifest.ephemeral_entry_paths(depth=None)
+        ):
+            return
+        await super()._reapply_ephemeral_manifest_on_resume()
+
     async def _shutdown_backend(self) -> None:
         if self._paused_on_exit:
             return
         try:
             if self.state.pause_on_exit:
-                try:
-                    await self._session.apause()
-                except core.SandboxGoneError:
-                    pass
-                except core.LizardIntegrationError:
-                    # Not left running (billing): destroyed, and the failure raised below.
-                    await self._session.adestroy()
-                    raise
+                # Left paused for resume(state); destroyed if the pause fails (never billing).
+                await self._session.akeep_paused()
                 self._paused_on_exit = True
-                await self._session.aclose()  # leaves it paused for resume(state)
             else:
                 await self._session.adestroy()
         except core.LizardIntegrationError as error:
@@ -328,7 +323,7 @@ class LizardSandboxSession(BaseSandboxSession):
         target, resolver = self._resolver(path, "0")
         with self._path_errors(path, target, write=False):
             return await aread_resolved(  # an io.IOBase since Python 3.11
-                self._session, resolver, user=_user_name(user), spool_memory=SPOOL_MEMORY
+                self._session, resolver, user=_user_name(user)
             )
 
     async def write(
@@ -339,7 +334,7 @@ class LizardSandboxSession(BaseSandboxSession):
         with self._path_errors(path, target, write=True):
             await awrite_resolved(self._session, resolver, data, user=_user_name(user))  # type: ignore[arg-type]
 
-    # ── workspace persistence ────────────────────────────────────────────
+    # ── workspace persistence (lizard_core.saved_workspaces) ─────────────
 
     async def persist_workspace(self) -> io.IOBase:
         """A tar of the workspace root (members relative to it), or a Lizard snapshot's reference.
@@ -349,70 +344,50 @@ class LizardSandboxSession(BaseSandboxSession):
         A manifest with paths kept out of persistence falls back to the tar, which can skip them.
         """
         root = self._workspace_root_path()
-        if self.state.workspace_persistence == "snapshot" and not (
-            self._persist_workspace_skip_relpaths()
-        ):
-            with workspace_errors(root, write=False):
-                record = await atake_snapshot(self._session, "openai-agents workspace")
-            previous, self.state.snapshot_id = self.state.snapshot_id, record.snapshot_id
-            if previous not in (None, record.snapshot_id):
-                with contextlib.suppress(core.LizardIntegrationError):
-                    await adelete_snapshots(self._session.config, [previous])
-            return io.BytesIO(encode_reference(record.snapshot_id))
+        skipped = [p.as_posix() for p in self._persist_workspace_skip_relpaths()]
+        as_snapshot = self.state.workspace_persistence == "snapshot" and not skipped
         with workspace_errors(root, write=False):
-            return await apack_directory(  # an io.IOBase since Python 3.11
+            saved, snapshot_id = await asave_workspace(
                 self._session,
                 root.as_posix(),
-                exclude=[p.as_posix() for p in self._persist_workspace_skip_relpaths()],
-                spool_memory=SPOOL_MEMORY,
+                snapshot=as_snapshot,
+                label="openai-agents workspace",
+                replaces=self.state.snapshot_id,
+                exclude=skipped,
             )
+        if snapshot_id is not None:
+            self.state.snapshot_id = snapshot_id
+        return saved  # an io.IOBase since Python 3.11
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked.
+        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar.
 
-        A tar is checked on the host first (``lizard_core.archives.check_archive``), so nothing
-        of a hostile one is extracted.
+        A tar is checked on the host first, so nothing of a hostile one is extracted.
         """
         root = self._workspace_root_path()
-        with _spool() as spool:
-            for piece in iter_chunks(data):  # type: ignore[arg-type]
-                spool.write(piece)
-            spool.seek(0)
-            snapshot_id = decode_reference(spool.read(512))
-            if snapshot_id is not None:
-                await self._restore_snapshot(snapshot_id)
-                return
-            spool.seek(0)
-            try:
-                with workspace_errors(root, write=True):
-                    await aunpack_archive(
-                        self._session, root.as_posix(), spool, max_members=HYDRATE_MEMBERS
+        try:
+            with workspace_errors(root, write=True):
+                snapshot_id = await arestore_workspace(
+                    self._session,
+                    root.as_posix(),
+                    data,  # type: ignore[arg-type]  # the SDK's io.IOBase: a binary file
+                    max_members=HYDRATE_MEMBERS,
+                )
+                if snapshot_id is not None and snapshot_id != self._restored_from:
+                    # Not already started from it by resume(): a sandbox started from it now.
+                    new = await areplace_from_snapshot(
+                        self._session, snapshot_id, volume=self.state.volume
                     )
-            except core.UnsafeArchiveError as error:
-                context = {"reason": error.reason, "member": error.member}
-                raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
+                    self._session, self._restored_from = new, snapshot_id
+                    self.state.sandbox_id = new.sandbox_id or ""
+        except core.UnsafeArchiveError as error:
+            context = {"reason": error.reason, "member": error.member}
+            raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
 
     async def _clear_workspace_root_on_resume(self) -> None:
         # A sandbox started from the saved snapshot already holds the workspace to restore.
         if self._restored_from is None:
             await super()._clear_workspace_root_on_resume()
-
-    async def _restore_snapshot(self, snapshot_id: str) -> None:
-        """Replace this session's sandbox by one started from ``snapshot_id``."""
-        if snapshot_id == self._restored_from:
-            return  # resume() already started this sandbox from it
-        root = self._workspace_root_path()
-        old = self._session
-        with workspace_errors(root, write=True):
-            await old.adestroy()  # first: a volume attaches to one sandbox at a time
-            new = Session(old.config, snapshot_id=snapshot_id, volume=self.state.volume)
-            try:
-                await new.asandbox()
-            except BaseException:
-                await new.adestroy()
-                raise
-        self._session = new
-        self.state.sandbox_id, self._restored_from = new.sandbox_id or "", snapshot_id
 
     def __repr__(self) -> str:
         return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"
