@@ -42,7 +42,7 @@ from lizard_core.session import Session
 from lizard_core.volumes import check_volume_name
 
 from ._errors import failure_context
-from ._options import LizardSandboxClientOptions, LizardSandboxSessionState
+from ._options import LizardSandboxClientOptions, LizardSandboxSessionState, SandboxSettings
 from ._session import LizardSandboxSession
 
 __all__ = ["INTEGRATION", "LizardSandboxClient", "SandboxCreateError"]
@@ -50,16 +50,8 @@ __all__ = ["INTEGRATION", "LizardSandboxClient", "SandboxCreateError"]
 INTEGRATION: Final = "openai-agents"
 """The integration's name in the metadata of every sandbox it creates."""
 
-_SETTINGS: Final = (
-    "template",
-    "size",
-    "lifetime_ms",
-    "envs",
-    "metadata",
-    "internet_access",
-    "allowed_hosts",
-)
-_STATE_ONLY: Final = ("pause_on_exit", "workspace_persistence", "volume", "exposed_ports")
+# The settings a Lizard sandbox is created with (the others are the session's own).
+_SANDBOX_SETTINGS: Final = ("template", "size", "lifetime_ms", "envs", "metadata", "allowed_hosts")
 
 
 class SandboxCreateError(RuntimeError):
@@ -107,12 +99,11 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         self, settings: LizardSandboxClientOptions | LizardSandboxSessionState
     ) -> SandboxConfig:
         changes: dict[str, Any] = {}
-        for name in _SETTINGS:
+        for name in _SANDBOX_SETTINGS:
             value = getattr(settings, name)
             if value is not None:
                 changes[name] = value
-        if settings.allowed_hosts is not None:
-            changes["internet_access"] = False
+        changes["internet_access"] = settings.internet_access and settings.allowed_hosts is None
         return self._config.replace(**changes)
 
     async def _new_sandbox(
@@ -152,7 +143,7 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            **{name: getattr(options, name) for name in _SETTINGS + _STATE_ONLY},
+            **{name: getattr(options, name) for name in SandboxSettings.model_fields},
         )
         session = await self._new_sandbox(config, volume=options.volume)
         state.sandbox_id = session.sandbox_id or ""

@@ -32,7 +32,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from agents.sandbox.errors import (
     ExposedPortUnavailableError,
@@ -154,9 +154,7 @@ class LizardSandboxSession(BaseSandboxSession):
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         try:
             exposed = await aexpose_port(self._session, port)
-            url = urlsplit(exposed.url)
-            if url.hostname is None:
-                raise ValueError("the platform's URL has no hostname")
+            host, public_port, tls = exposed.origin
         except (core.LizardIntegrationError, ValueError) as error:
             context = {"backend": "lizard", "detail": type(error).__name__}
             raise ExposedPortUnavailableError(
@@ -166,13 +164,8 @@ class LizardSandboxSession(BaseSandboxSession):
                 context=context,
                 cause=error,
             ) from error
-        tls = url.scheme == "https"
-        return _Endpoint(
-            host=url.hostname,
-            port=url.port or (443 if tls else 80),
-            tls=tls,
-            query=urlencode({"lizard_token": exposed.token}),
-        )
+        query = urlencode({"lizard_token": exposed.token})
+        return _Endpoint(host=host, port=public_port, tls=tls, query=query)
 
     async def running(self) -> bool:
         """Whether the sandbox still exists (one ``GET``)."""
