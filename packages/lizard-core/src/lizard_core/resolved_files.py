@@ -37,6 +37,7 @@ from typing import IO, Final
 
 from lizard_core.archives import iter_chunks
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
+from lizard_core.errors import PathRefusedError
 from lizard_core.files import SandboxFiles
 from lizard_core.session import Session
 from lizard_core.transfers import astage_for_user
@@ -80,15 +81,6 @@ _WRITE: Final = (
     'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$LIZARD_STAGE" > "$p"; fi; '
     'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
 )
-
-
-class PathRefusedError(PermissionError):
-    """The resolver refused the path: ``exit_code`` and ``detail`` (its stderr) say why."""
-
-    def __init__(self, exit_code: int, detail: str) -> None:
-        super().__init__(errno.EACCES, f"path refused (resolver exit {exit_code}): {detail}")
-        self.exit_code = exit_code
-        self.detail = detail
 
 
 @dataclass(frozen=True)
