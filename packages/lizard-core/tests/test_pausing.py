@@ -18,7 +18,7 @@ import pytest
 from lizard_core._pausing import RESUMED_NOTICE
 from lizard_core.commands import arun_command, run_command
 from lizard_core.config import SandboxConfig
-from lizard_core.errors import SandboxGoneError, SandboxPausedError
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError, SandboxPausedError
 from lizard_core.kernel import Kernel
 from lizard_core.session import Session
 from lizard_local import LocalServer
@@ -431,3 +431,44 @@ def test_a_slow_keep_alive_extension_before_an_operation_is_not_paused_under(
             assert run_command(s, ["echo", "ok"]).stdout == b"ok\n"
         finally:
             lizard_local.set_latency(0)
+
+
+def test_keep_paused_leaves_the_sandbox_paused_for_a_later_attach(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    session = Session(sandbox_config)
+    run_command(session, "echo kept > /tmp/kept", shell=True)
+    sandbox_id = session.sandbox_id
+    assert sandbox_id is not None
+    session.keep_paused()
+    assert _status(lizard_local, sandbox_id) == "paused"
+    with pytest.raises(SandboxGoneError):
+        session.sandbox()  # closed: this session no longer uses it
+    with Session(sandbox_config, sandbox_id=sandbox_id, destroy_on_exit=True) as later:
+        assert run_command(later, ["cat", "/tmp/kept"]).stdout == b"kept\n"
+
+
+def test_keep_paused_destroys_a_sandbox_whose_pause_fails(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    session = Session(sandbox_config)
+    session.sandbox()
+    sandbox_id = session.sandbox_id
+    lizard_local.inject_fault(PAUSE, status=400)  # refused: not retried
+    with pytest.raises(LizardIntegrationError):
+        session.keep_paused()
+    assert sandbox_id not in lizard_local.sandboxes()  # not left running, billing
+
+
+async def test_akeep_paused_of_a_sandbox_already_gone_is_done(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    session = Session(sandbox_config)
+    await session.asandbox()
+    assert session.sandbox_id is not None
+    lizard.Sandbox(
+        session.sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url
+    ).kill()
+    await session.akeep_paused()
+    with pytest.raises(SandboxGoneError):
+        await session.asandbox()

@@ -12,7 +12,7 @@ import pytest
 from lizard_core._redact import redact
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
-from lizard_core.ports import aexpose_port, expose_port, unexpose_port
+from lizard_core.ports import ExposedPort, aexpose_port, expose_port, unexpose_port
 from lizard_core.session import Session
 from lizard_local import LocalServer
 
@@ -71,3 +71,20 @@ def test_bad_ports_and_offline_sandboxes_raise_before_any_request(
     with pytest.raises(ValueError, match="internet"):
         expose_port(Session(sandbox_config.replace(internet_access=False)), 8080)
     assert lizard_counters.counters()["total"] == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://p-8080.sbx.example/?lizard_token=t", ("p-8080.sbx.example", 443, True)),
+        ("http://127.0.0.1:41234/?lizard_token=t", ("127.0.0.1", 41234, False)),
+        ("http://h.example/", ("h.example", 80, False)),
+    ],
+)
+def test_the_origin_of_an_exposed_port_is_its_urls(url: str, origin: tuple[str, int, bool]) -> None:
+    assert ExposedPort(8080, "h", url=url, token="t").origin == origin
+
+
+def test_an_exposed_port_url_without_a_host_has_no_origin() -> None:
+    with pytest.raises(ValueError, match="no hostname"):
+        _ = ExposedPort(8080, "h", url="/relative", token="t").origin

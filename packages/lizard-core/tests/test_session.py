@@ -907,3 +907,36 @@ def test_the_api_key_never_reaches_the_sandbox(
         assert info.metadata == config.sandbox_metadata
         assert lizard_local.api_key not in repr(session)
         assert lizard_local.api_key not in repr(config)
+
+
+async def test_aopen_cancelled_during_its_create_leaves_no_sandbox(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, restore_latency: None
+) -> None:
+    before = set(lizard_local.sandboxes())
+    lizard_local.reset_counters()
+    lizard_local.set_latency(1500)
+    session = Session(sandbox_config)
+    task = asyncio.create_task(session.aopen())
+    await asyncio.sleep(0.5)  # the create request is in flight
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    lizard_local.set_latency(0)
+    assert lizard_local.counters()["routes"].get("POST /api/sandboxes") == 1
+    assert set(lizard_local.sandboxes()) == before
+    assert session.destroyed
+
+
+async def test_aopen_attaching_to_a_gone_sandbox_raises_and_creates_nothing(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    made = Session(sandbox_config)
+    await made.aopen()
+    assert made.sandbox_id is not None
+    await made.adestroy()
+    before = set(lizard_local.sandboxes())
+    lizard_local.reset_counters()
+    with pytest.raises(SandboxGoneError):
+        await Session(sandbox_config, sandbox_id=made.sandbox_id).aopen()
+    assert set(lizard_local.counters()["routes"]) == {"GET /api/sandboxes/{id}"}
+    assert set(lizard_local.sandboxes()) == before

@@ -13,7 +13,7 @@ from agents.sandbox.errors import (
 )
 
 from lizard_core import errors as core
-from openai_agents_lizard._errors import PREVIEW_BYTES, exec_errors, workspace_errors
+from openai_agents_lizard._errors import PREVIEW_CHARS, exec_errors, workspace_errors
 
 
 @pytest.mark.parametrize(
@@ -37,14 +37,14 @@ def test_each_kind_is_a_transport_error_that_says_whether_to_retry(
 
 
 def test_a_timeout_keeps_head_and_tail_of_the_output() -> None:
-    stdout = b"head" + b"x" * (3 * PREVIEW_BYTES) + b"tail"
+    stdout = b"head" + b"x" * (3 * PREVIEW_CHARS) + b"tail"
     error = core.CommandTimeoutError("timed out", stdout=stdout, stderr=b"err")
     with pytest.raises(ExecTimeoutError) as caught, exec_errors(["sleep", "9"], 1.0):
         raise error
     shown = str(caught.value.context["stdout"])
     assert shown.startswith("head")
     assert shown.endswith("tail")
-    assert "bytes cut" in shown
+    assert "cut from the middle" in shown
     assert caught.value.context["stderr"] == "err"
 
 

@@ -29,12 +29,13 @@ from agents.sandbox.manifest import Environment, Manifest
 from agents.sandbox.session.sandbox_session import SandboxSession
 from agents.sandbox.workspace_paths import SandboxPathGrant
 
+from lizard_core.commands import STREAM_BUDGET as SMALL_READ
 from lizard_core.files import CHUNK_SIZE
+from lizard_core.resolved_files import SMALL_WRITE
 from lizard_local import LocalServer
 from lizard_local.contract import pids_carrying
 from openai_agents_lizard import LizardSandboxClient, LizardSandboxClientOptions
 from openai_agents_lizard import _session as session_module
-from openai_agents_lizard._session import SMALL_READ, SMALL_WRITE
 
 EXEC = "POST /api/sandboxes/{id}/exec"
 OPTIONS = LizardSandboxClientOptions(
@@ -346,39 +347,19 @@ async def test_large_transfers_honour_the_user(shared: SandboxSession, size: int
     assert leftovers.stdout == b""
 
 
-async def test_a_large_read_as_a_user_cannot_be_raced_to_a_file_it_may_not_read(
-    shared: SandboxSession, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # The path is checked as the user; an attacker then swaps the file for a symlink to one only
-    # root reads before the bytes are fetched. What comes back must be what the user could read.
-    secret, public = b"s" * (SMALL_READ + 1), b"p" * (SMALL_READ + 1)
-    await shared.write(Path("raced/secret.bin"), io.BytesIO(secret))
-    await shared.exec("chmod", "600", "raced/secret.bin", shell=False)
-    await shared.write(Path("raced/public.bin"), io.BytesIO(public))
-    inner = shared._inner
-    files = inner._files  # type: ignore[attr-defined]
-    fetch = files.aiter_bytes
-
-    async def swapped_first(path: str) -> AsyncIterator[bytes]:
-        await shared.exec("ln", "-sfn", "secret.bin", "raced/public.bin", shell=False)
-        async for piece in fetch(path):
-            yield piece
-
-    monkeypatch.setattr(files, "aiter_bytes", swapped_first)
-    try:
-        stream = await shared.read(Path("raced/public.bin"), user="user")
-    except (WorkspaceArchiveReadError, WorkspaceReadNotFoundError):
-        return
-    assert stream.read() == public
-
-
-async def test_kept_pty_processes_are_capped_and_the_least_recently_used_ends(
-    shared: SandboxSession, monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.fixture
+def three_ptys(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's limits on kept PTY processes made small, before the session is made."""
     from agents.sandbox.session import pty_types
 
     monkeypatch.setattr(pty_types, "PTY_PROCESSES_MAX", 3)
     monkeypatch.setattr(pty_types, "PTY_PROCESSES_PROTECTED_RECENT", 1)
+
+
+async def test_kept_pty_processes_are_capped_and_the_least_recently_used_ends(
+    three_ptys: None, session: SandboxSession
+) -> None:
+    shared = session  # made after the limits were set: it keeps at most three
     tokens = [f"pty-cap-{index}-5e0d" for index in range(4)]
     ids = []
     for token in tokens:

@@ -34,6 +34,7 @@ from openai_agents_lizard import (
     LizardSandboxSessionState,
 )
 
+EXEC = "POST /api/sandboxes/{id}/exec"
 PAUSING = LizardSandboxClientOptions(lifetime_ms=300_000, pause_on_exit=True)
 SNAPSHOTS = LizardSandboxClientOptions(lifetime_ms=300_000, workspace_persistence="snapshot")
 
@@ -79,6 +80,31 @@ async def test_pause_on_exit_leaves_the_sandbox_paused_and_resume_resumes_it(
         await client.destroy(resumed)  # harmless
     finally:
         await _destroy(sandbox_id)
+
+
+async def test_resuming_a_live_sandbox_is_one_request_and_its_start_none(
+    client: LizardSandboxClient, lizard_local: LocalServer
+) -> None:
+    options = LizardSandboxClientOptions(lifetime_ms=300_000)
+    session = await client.create(manifest=Manifest(), options=options)
+    try:
+        lizard_local.reset_counters()
+        await session.start()
+        # A fresh start: the root resolved in the sandbox, then made (nothing installed).
+        assert lizard_local.counters()["routes"] == {EXEC: 2}
+        await lifecycle.write_text(session, "live.txt", "still here\n")
+        payload = client.serialize_session_state(session.state)
+        lizard_local.reset_counters()
+        resumed = await client.resume(client.deserialize_session_state(payload))
+        assert lizard_local.counters()["routes"] == {"GET /api/sandboxes/{id}": 1}
+        lizard_local.reset_counters()
+        await resumed.start()
+        assert lizard_local.counters()["total"] == 0
+        assert resumed.state.sandbox_id == session.state.sandbox_id  # type: ignore[attr-defined]
+        assert await lifecycle.read_text(resumed, "live.txt") == "still here\n"
+        assert lizard_local.counters()["routes"] == {EXEC: 1}
+    finally:
+        await client.delete(session)
 
 
 async def test_a_runner_run_with_pause_on_exit_is_resumed_by_the_next_run(

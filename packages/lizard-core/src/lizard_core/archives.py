@@ -121,9 +121,14 @@ async def aunpack_archive(
     *,
     max_members: int = MAX_MEMBERS,
     spool_memory: int = SPOOL_MEMORY,
+    head: bytes = b"",
 ) -> None:
-    """Check the tar in ``data`` on the host, then unpack it under ``directory``."""
+    """Check the tar in ``data`` on the host, then unpack it under ``directory``.
+
+    ``head``: bytes of the archive already read from ``data`` (they come first).
+    """
     with tempfile.SpooledTemporaryFile(max_size=spool_memory) as spool:
+        spool.write(head)
         for piece in iter_chunks(data):
             spool.write(piece)
         spool.seek(0)

@@ -64,6 +64,7 @@ Contract:
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import re
 from collections.abc import Iterator
@@ -86,6 +87,7 @@ __all__ = [
     "LineTooLongError",
     "LizardIntegrationError",
     "OutputLimitError",
+    "PathRefusedError",
     "QuotaError",
     "SandboxGoneError",
     "SandboxPausedError",
@@ -312,6 +314,18 @@ class UnsafeArchiveError(ValueError):
         super().__init__(f"unsafe archive member {member!r}: {reason}")
         self.member = member
         self.reason = reason
+
+
+class PathRefusedError(PermissionError):
+    """A resolver refused a path (``lizard_core.resolved_files``).
+
+    ``exit_code`` and ``detail`` (the resolver's stderr) say why.
+    """
+
+    def __init__(self, exit_code: int, detail: str) -> None:
+        super().__init__(errno.EACCES, f"path refused (resolver exit {exit_code}): {detail}")
+        self.exit_code = exit_code
+        self.detail = detail
 
 
 class ReadAbandonedError(Exception):

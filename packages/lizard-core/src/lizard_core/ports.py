@@ -17,6 +17,7 @@ once as ``?lizard_token=`` (a browser then keeps a cookie). Contract
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from lizard_core._bridge import run_blocking
 from lizard_core._redact import register_secret
@@ -38,6 +39,18 @@ class ExposedPort:
     """A browser URL that carries the token."""
     token: str = field(repr=False)
     """The access token every request needs."""
+
+    @property
+    def origin(self) -> tuple[str, int, bool]:
+        """``(host, port, tls)`` of :attr:`url`, for a client that builds its own URLs.
+
+        ``ValueError`` if the platform's URL has no hostname.
+        """
+        url = urlsplit(self.url)
+        if not url.hostname:
+            raise ValueError("the platform's URL for the port has no hostname")
+        tls = url.scheme == "https"
+        return url.hostname, url.port or (443 if tls else 80), tls
 
     @property
     def headers(self) -> dict[str, str]:

@@ -22,6 +22,9 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   a sandbox picked up by a later run does not expire under it.
 - **Pause and resume** (:mod:`lizard_core._pausing`): explicit, or after ``idle_pause_s`` idle
   seconds; the next operation resumes transparently; fresh boots are counted for the kernel.
+  :meth:`Session.keep_paused` pauses and lets go (a failed pause destroys: nothing left billing).
+- **Open without leftovers.** :meth:`Session.aopen` is :meth:`Session.asandbox` that, when it
+  fails or is cancelled, releases the session first: a sandbox it was creating is destroyed.
 - **Copies.** ``snapshot_id`` starts the sandbox from a snapshot (:mod:`lizard_core.snapshots`),
   ``volume`` mounts a volume by name at ``/workspace``, made if absent
   (:mod:`lizard_core.volumes`); :func:`lizard_core.forks.fork_sessions` makes forks.
@@ -75,6 +78,7 @@ from lizard_core.checks import check_seconds
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
     MALFORMED_ANSWER,
+    LizardIntegrationError,
     SandboxGoneError,
     malformed_answer,
     translated,
@@ -485,6 +489,38 @@ class Session(KeepAlive, Pausing, Teardown):
                 copy._extend_due = time.monotonic() + self._config.lifetime_ms / 2000
         copy._booted_fresh(notice)
         return copy
+
+    async def aopen(self) -> Any:
+        """:meth:`asandbox` for a start that must not leave a sandbox behind when it fails.
+
+        On any failure, cancellation included, the session is released first (as
+        :meth:`arelease`: a sandbox it created, already recorded, is destroyed; an attached one
+        is left as it was), then the error propagates.
+        """
+        try:
+            return await self.asandbox()
+        except BaseException:
+            await self.arelease()
+            raise
+
+    def keep_paused(self) -> None:
+        """Pause the sandbox and stop using it, leaving it paused for a later attach (blocking).
+
+        A sandbox already gone counts as done. One whose pause fails is destroyed rather than
+        left running (billing), and the pause's error is raised. The session is closed either way.
+        """
+        try:
+            self.pause()
+        except SandboxGoneError:
+            pass
+        except LizardIntegrationError:
+            self.destroy()
+            raise
+        self.close()
+
+    async def akeep_paused(self) -> None:
+        """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""
+        await run_blocking(self.keep_paused)
 
     # ── liveness ─────────────────────────────────────────────────────────
 

@@ -42,7 +42,7 @@ from lizard_core.session import Session
 from lizard_core.volumes import check_volume_name
 
 from ._errors import failure_context
-from ._options import LizardSandboxClientOptions, LizardSandboxSessionState
+from ._options import LizardSandboxClientOptions, LizardSandboxSessionState, SandboxSettings
 from ._session import LizardSandboxSession
 
 __all__ = ["INTEGRATION", "LizardSandboxClient", "SandboxCreateError"]
@@ -50,16 +50,8 @@ __all__ = ["INTEGRATION", "LizardSandboxClient", "SandboxCreateError"]
 INTEGRATION: Final = "openai-agents"
 """The integration's name in the metadata of every sandbox it creates."""
 
-_SETTINGS: Final = (
-    "template",
-    "size",
-    "lifetime_ms",
-    "envs",
-    "metadata",
-    "internet_access",
-    "allowed_hosts",
-)
-_STATE_ONLY: Final = ("pause_on_exit", "workspace_persistence", "volume", "exposed_ports")
+# The settings a Lizard sandbox is created with (the others are the session's own).
+_SANDBOX_SETTINGS: Final = ("template", "size", "lifetime_ms", "envs", "metadata", "allowed_hosts")
 
 
 class SandboxCreateError(RuntimeError):
@@ -107,12 +99,11 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         self, settings: LizardSandboxClientOptions | LizardSandboxSessionState
     ) -> SandboxConfig:
         changes: dict[str, Any] = {}
-        for name in _SETTINGS:
+        for name in _SANDBOX_SETTINGS:
             value = getattr(settings, name)
             if value is not None:
                 changes[name] = value
-        if settings.allowed_hosts is not None:
-            changes["internet_access"] = False
+        changes["internet_access"] = settings.internet_access and settings.allowed_hosts is None
         return self._config.replace(**changes)
 
     async def _new_sandbox(
@@ -121,15 +112,10 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         config.require_project()
         session = Session(config, volume=volume, snapshot_id=snapshot_id)
         try:
-            await session.asandbox()
-        except BaseException as error:
-            # A create already sent is awaited by lizard_core even when cancelled, so its id is
-            # known here: kill it, whatever ended the wait.
-            await session.adestroy()
-            if isinstance(error, core.LizardIntegrationError):
-                context = failure_context(error)
-                raise SandboxCreateError(str(context["detail"]), context) from error
-            raise
+            await session.aopen()  # one that fails or is cancelled is destroyed
+        except core.LizardIntegrationError as error:
+            context = failure_context(error)
+            raise SandboxCreateError(str(context["detail"]), context) from error
         return session
 
     async def create(
@@ -157,7 +143,7 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
             session_id=session_id,
             manifest=manifest,
             snapshot=resolve_snapshot(snapshot, str(session_id)),
-            **{name: getattr(options, name) for name in _SETTINGS + _STATE_ONLY},
+            **{name: getattr(options, name) for name in SandboxSettings.model_fields},
         )
         session = await self._new_sandbox(config, volume=options.volume)
         state.sandbox_id = session.sandbox_id or ""
@@ -192,14 +178,13 @@ class LizardSandboxClient(BaseSandboxClient[LizardSandboxClientOptions]):
         config = self._config_for(state)
         session: Session | None = None
         if state.sandbox_id:
+            # One GET attaches (resuming a paused sandbox); a gone one is replaced below.
             session = Session(config, sandbox_id=state.sandbox_id)
             try:
-                await session.acheck_alive()
+                await session.aopen()
             except core.SandboxGoneError:
-                await session.aclose()
                 session = None
             except core.LizardIntegrationError as error:
-                await session.aclose()
                 context = failure_context(error)
                 raise SandboxCreateError(str(context["detail"]), context) from error
         preserved = session is not None

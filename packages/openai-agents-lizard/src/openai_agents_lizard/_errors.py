@@ -29,23 +29,17 @@ from agents.sandbox.errors import (
 
 from lizard_core import errors as core
 from lizard_core.failures import describe_failure
+from lizard_core.truncation import head_and_tail
 
-__all__ = ["PREVIEW_BYTES", "exec_errors", "failure_context", "workspace_errors"]
+__all__ = ["PREVIEW_CHARS", "exec_errors", "failure_context", "workspace_errors"]
 
-PREVIEW_BYTES = 4096
-"""Bytes of partial output kept (head and tail) in an error's context."""
+PREVIEW_CHARS = 4096
+"""Characters of partial output kept (head and tail, ``lizard_core.truncation``) in an error's
+context."""
 
 
 def _preview(data: bytes) -> str:
-    if len(data) <= PREVIEW_BYTES:
-        return data.decode("utf-8", errors="replace")
-    half = PREVIEW_BYTES // 2
-    cut = len(data) - 2 * half
-    return (
-        data[:half].decode("utf-8", errors="replace")
-        + f"\n[... {cut} bytes cut ...]\n"
-        + data[-half:].decode("utf-8", errors="replace")
-    )
+    return head_and_tail(data.decode("utf-8", errors="replace"), PREVIEW_CHARS)
 
 
 def failure_context(error: core.LizardIntegrationError) -> dict[str, object]:

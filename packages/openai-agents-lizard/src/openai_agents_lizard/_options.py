@@ -11,7 +11,7 @@ from typing import Literal
 
 from agents.sandbox.session.sandbox_client import BaseSandboxClientOptions
 from agents.sandbox.session.sandbox_session_state import SandboxSessionState
-from pydantic import ConfigDict
+from pydantic import BaseModel, ConfigDict
 
 __all__ = [
     "LizardSandboxClientOptions",
@@ -24,16 +24,9 @@ Size = Literal["nano", "mini", "small", "medium", "large", "big"]
 WorkspacePersistence = Literal["tar", "snapshot"]
 
 
-class LizardSandboxClientOptions(BaseSandboxClientOptions):
-    """Options for :meth:`LizardSandboxClient.create` (``SandboxRunConfig(options=...)``).
+class SandboxSettings(BaseModel):
+    """The sandbox settings that options and state share (a replacement is built from them)."""
 
-    Frozen; every value is checked by ``lizard_core.config`` when a session is created, before
-    any request.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    type: Literal["lizard"] = "lizard"
     template: str | None = None
     """Template to create from (``base``, ``interpreter``, ...); None: lizard-core's default."""
     size: Size | None = None
@@ -58,7 +51,19 @@ class LizardSandboxClientOptions(BaseSandboxClientOptions):
     """A volume's name, made if absent, mounted at ``/workspace`` (the default manifest root)."""
 
 
-class LizardSandboxSessionState(SandboxSessionState):
+class LizardSandboxClientOptions(BaseSandboxClientOptions, SandboxSettings):
+    """Options for :meth:`LizardSandboxClient.create` (``SandboxRunConfig(options=...)``).
+
+    Frozen; every value is checked by ``lizard_core.config`` when a session is created, before
+    any request.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    type: Literal["lizard"] = "lizard"
+
+
+class LizardSandboxSessionState(SandboxSessionState, SandboxSettings):
     """A Lizard session's state: its sandbox id, and the settings to build a replacement.
 
     Holds no credential: the API key, URL and project come from the client that resumes it.
@@ -66,15 +71,5 @@ class LizardSandboxSessionState(SandboxSessionState):
 
     type: Literal["lizard"] = "lizard"
     sandbox_id: str = ""
-    template: str | None = None
-    size: Size | None = None
-    lifetime_ms: int | None = None
-    envs: dict[str, str] | None = None
-    metadata: dict[str, str] | None = None
-    internet_access: bool = True
-    allowed_hosts: tuple[str, ...] | None = None
-    pause_on_exit: bool = False
-    workspace_persistence: WorkspacePersistence = "tar"
-    volume: str | None = None
     snapshot_id: str | None = None
     """The Lizard snapshot this session last persisted to (deleted when a newer one is made)."""

@@ -7,43 +7,37 @@ Contract (proven against lizard-local in ``tests/``):
   with the options' and the manifest's environment (the manifest wins) and nothing from the
   host. The SDK's ``sudo -u USER --`` prefix becomes ``lizard_core``'s ``user=``. A timeout is
   ``ExecTimeoutError``; cancelling the task stops the command's process group.
-- **Paths are resolved in the sandbox.** The SDK's own resolver (``resolve-workspace-path``)
-  decides, so a symlink out of the workspace is refused like ``../``. For ``read`` and
-  ``write`` it runs in the same request as the transfer.
-- **Read / write.** A small file is one request each way. A larger one is streamed in
-  ``lizard_core.files`` chunks: the host holds at most a chunk plus :data:`SPOOL_MEMORY` (a
-  read is spooled to a temporary file past that, since the SDK reads the stream synchronously).
-  With ``user=``, every byte is read or written by that user's own process: a large transfer
-  goes through a stage only root and that user can touch, copied by the user's process, so it
-  can never reach what the user could not (two more requests).
+- **Paths are resolved in the sandbox** by the SDK's own resolver (``resolve-workspace-path``),
+  run inline (nothing installed), so a symlink out of the workspace is refused like ``../``;
+  for ``read`` and ``write`` in the same request as the transfer
+  (``lizard_core.resolved_files``: a small file is one request, a large one streamed in
+  chunks with bounded host memory, and with ``user=`` every byte is moved by that user).
 - **Persist / hydrate** (``workspace_persistence="tar"``): a tar of the workspace root with
   workspace-relative members, made and unpacked in the sandbox, moved through the host in
   chunks. A tar to hydrate is checked on the host first (no absolute paths, no ``..``, no hard
   links or devices, nothing under a symlink, at most :data:`HYDRATE_MEMBERS` members).
 - **Shutdown** destroys the sandbox; again is harmless. ``running()`` asks the platform.
-- **PTY.** ``pty_exec_start`` keeps the process in the sandbox (``lizard_core.interactive``,
+- **PTY.** ``pty_exec_start`` keeps the process in the sandbox (``lizard_core.process_table``,
   under a terminal when ``tty=True``); each start and each ``pty_write_stdin`` is one request that
   returns the output of its ``yield_time_s``. The SDK's shell tool then offers ``write_stdin``.
-  At most the SDK's ``PTY_PROCESSES_MAX`` are kept: a start past it ends the least recently
-  used (as the SDK's E2B client does); ``stop()`` / ``shutdown()`` end them all.
+  At most the SDK's ``PTY_PROCESSES_MAX`` are kept, the least recently used ended past it (as
+  the SDK's E2B client does); ``stop()`` / ``shutdown()`` end them all.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
-from urllib.parse import urlencode, urlsplit
+from typing import Literal
+from urllib.parse import urlencode
 
 from agents.sandbox.errors import (
     ExposedPortUnavailableError,
     InvalidManifestPathError,
-    WorkspaceArchiveReadError,
+    PtySessionNotFoundError,
     WorkspaceArchiveWriteError,
     WorkspaceReadNotFoundError,
     WorkspaceStopError,
@@ -52,9 +46,7 @@ from agents.sandbox.session import pty_types
 from agents.sandbox.session.base_sandbox_session import BaseSandboxSession
 from agents.sandbox.session.pty_types import (
     PtyExecUpdate,
-    allocate_pty_process_id,
     clamp_pty_yield_time_ms,
-    process_id_to_prune_from_meta,
     resolve_pty_write_yield_time_ms,
     truncate_text_by_tokens,
 )
@@ -63,71 +55,36 @@ from agents.sandbox.types import ExecResult, ExposedPortEndpoint, User
 from agents.sandbox.workspace_paths import coerce_posix_path
 
 from lizard_core import errors as core
-from lizard_core.archives import MAX_MEMBERS, apack_directory, aunpack_archive, iter_chunks
-from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
-from lizard_core.files import SandboxFiles
-from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
+from lizard_core.archives import MAX_MEMBERS
+from lizard_core.commands import CommandResult, arun_command
+from lizard_core.interactive import Update
 from lizard_core.ports import aexpose_port
-from lizard_core.session import Session
-from lizard_core.snapshots import (
-    adelete_snapshots,
-    atake_snapshot,
-    decode_reference,
-    encode_reference,
+from lizard_core.process_table import ProcessTable
+from lizard_core.resolved_files import (
+    PathRefusedError,
+    Resolver,
+    aread_resolved,
+    aresolve,
+    awrite_resolved,
 )
-from lizard_core.transfers import astage_for_user
+from lizard_core.saved_workspaces import (
+    areplace_from_snapshot,
+    arestore_workspace,
+    asave_workspace,
+)
+from lizard_core.session import Session
 
 from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
 
-__all__ = ["HYDRATE_MEMBERS", "SPOOL_MEMORY", "LizardSandboxSession"]
+__all__ = ["HYDRATE_MEMBERS", "LizardSandboxSession"]
 
-SPOOL_MEMORY: Final = 8 * 1024 * 1024
-"""Bytes of a streamed read or archive held in memory before it spills to a temporary file."""
 HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
 (the host keeps each header read, about 1 KiB)."""
-SMALL_READ: Final = STREAM_BUDGET
-"""Files up to this size come back inside the one exec that resolves their path."""
-SMALL_WRITE: Final = INPUT_INLINE - 64 * 1024
-"""Writes up to this size travel as the stdin of the one exec that resolves their path."""
-
-# Exit codes of the transfer scripts below; the resolver's own pass through: 111 the path
-# escapes, 114 it is under a read-only grant (others, like a symlink loop, fail the transfer).
-_MISSING, _IS_DIR, _LARGE = 65, 66, 75
-_ESCAPED, _READ_ONLY = 111, 114
-
-# $1: the SDK's resolver; $2..: its arguments (root, path, mode, grants).
-_RESOLVE = 'helper=$1; shift; p=$(sh -c "$helper" sh "$@") || exit $?; '
-# $LIZARD_STAGE (when set): the staged copy a large transfer as another user goes through.
-_READ_SCRIPT = (
-    _RESOLVE + f'[ -e "$p" ] || exit {_MISSING}; [ ! -d "$p" ] || exit {_IS_DIR}; '
-    'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$p" > "$LIZARD_STAGE"; fi; '
-    f'if [ "$(wc -c < "$p")" -gt {SMALL_READ} ]; then printf %s "$p"; exit {_LARGE}; fi; '
-    'exec cat -- "$p"'
-)
-_WRITE_SCRIPT = (
-    _RESOLVE + f'[ ! -d "$p" ] || exit {_IS_DIR}; mkdir -p -- "$(dirname -- "$p")" || exit $?; '
-    'if [ -n "$LIZARD_STAGE" ]; then exec cat -- "$LIZARD_STAGE" > "$p"; fi; '
-    'if [ "$LIZARD_STREAMED" = 1 ]; then printf %s "$p"; else exec cat > "$p"; fi'
-)
-_NO_STAGE: Final = {"LIZARD_STAGE": ""}
-
-
-def _failure(result: CommandResult) -> dict[str, object]:
-    return {"exit_code": result.exit_code, "stderr": result.stderr.decode(errors="replace")}
-
-
-def _check_read(target: Path, result: CommandResult, *also_fine: int) -> None:
-    if result.exit_code == _MISSING:
-        raise WorkspaceReadNotFoundError(path=target)
-    if result.exit_code != 0 and result.exit_code not in also_fine:
-        raise WorkspaceArchiveReadError(path=target, context=_failure(result))
-
-
-def _check_written(target: Path, result: CommandResult) -> None:
-    if result.exit_code != 0:
-        raise WorkspaceArchiveWriteError(path=target, context=_failure(result))
+# The SDK's resolver's exit codes: the path escapes every root, a grant resolves to "/", the
+# path is under a read-only grant.
+_ESCAPED, _ROOT_GRANT, _READ_ONLY = 111, 113, 114
 
 
 @dataclass(frozen=True, repr=False)
@@ -138,8 +95,8 @@ class _Endpoint(ExposedPortEndpoint):
         return f"ExposedPortEndpoint(host={self.host!r}, port={self.port}, tls={self.tls})"
 
 
-def _spool() -> tempfile.SpooledTemporaryFile[bytes]:
-    return tempfile.SpooledTemporaryFile(max_size=SPOOL_MEMORY)
+def _user_name(user: str | User | None) -> str | None:
+    return user.name if isinstance(user, User) else user
 
 
 class LizardSandboxSession(BaseSandboxSession):
@@ -150,9 +107,11 @@ class LizardSandboxSession(BaseSandboxSession):
     def __init__(self, *, state: LizardSandboxSessionState, session: Session) -> None:
         self.state = state
         self._session = session
-        self._files = SandboxFiles(session)
-        self._ptys: dict[int, InteractiveProcess] = {}
-        self._pty_used: dict[int, float] = {}  # process id -> when it was last started or fed
+        self._ptys = ProcessTable(
+            limit=pty_types.PTY_PROCESSES_MAX,
+            protected_recent=pty_types.PTY_PROCESSES_PROTECTED_RECENT,
+            first_id=pty_types.PTY_PROCESS_ID_MIN,
+        )
         self._paused_on_exit = False
         self._restored_from: str | None = None  # the snapshot this sandbox was started from
 
@@ -163,30 +122,29 @@ class LizardSandboxSession(BaseSandboxSession):
 
     # ── the SDK's hooks ──────────────────────────────────────────────────
 
-    def _runtime_helpers(self) -> tuple[object, ...]:  # type: ignore[override]
-        return (RESOLVE_WORKSPACE_PATH_HELPER,)
-
-    def _current_runtime_helper_cache_key(self) -> object | None:
-        return self.state.sandbox_id
-
     async def _validate_path_access(self, path: Path | str, *, for_write: bool = False) -> Path:
-        return await self._validate_remote_path_access(path, for_write=for_write)
+        target, resolver = self._resolver(path, "1" if for_write else "0")
+        with self._path_errors(path, target, write=for_write):
+            await aresolve(self._session, resolver)
+        return target
+
+    async def _reapply_ephemeral_manifest_on_resume(self) -> None:
+        # A live sandbox reattached with its root in place: with no ephemeral entries to
+        # rebuild, the SDK would only `mkdir` the root (two requests) before the first command.
+        if self._can_reuse_preserved_workspace_on_resume() and not (
+            self.state.manifest.ephemeral_entry_paths(depth=None)
+        ):
+            return
+        await super()._reapply_ephemeral_manifest_on_resume()
 
     async def _shutdown_backend(self) -> None:
         if self._paused_on_exit:
             return
         try:
             if self.state.pause_on_exit:
-                try:
-                    await self._session.apause()
-                except core.SandboxGoneError:
-                    pass
-                except core.LizardIntegrationError:
-                    # Not left running (billing): destroyed, and the failure raised below.
-                    await self._session.adestroy()
-                    raise
+                # Left paused for resume(state); destroyed if the pause fails (never billing).
+                await self._session.akeep_paused()
                 self._paused_on_exit = True
-                await self._session.aclose()  # leaves it paused for resume(state)
             else:
                 await self._session.adestroy()
         except core.LizardIntegrationError as error:
@@ -196,9 +154,7 @@ class LizardSandboxSession(BaseSandboxSession):
     async def _resolve_exposed_port(self, port: int) -> ExposedPortEndpoint:
         try:
             exposed = await aexpose_port(self._session, port)
-            url = urlsplit(exposed.url)
-            if url.hostname is None:
-                raise ValueError("the platform's URL has no hostname")
+            host, public_port, tls = exposed.origin
         except (core.LizardIntegrationError, ValueError) as error:
             context = {"backend": "lizard", "detail": type(error).__name__}
             raise ExposedPortUnavailableError(
@@ -208,13 +164,8 @@ class LizardSandboxSession(BaseSandboxSession):
                 context=context,
                 cause=error,
             ) from error
-        tls = url.scheme == "https"
-        return _Endpoint(
-            host=url.hostname,
-            port=url.port or (443 if tls else 80),
-            tls=tls,
-            query=urlencode({"lizard_token": exposed.token}),
-        )
+        query = urlencode({"lizard_token": exposed.token})
+        return _Endpoint(host=host, port=public_port, tls=tls, query=query)
 
     async def running(self) -> bool:
         """Whether the sandbox still exists (one ``GET``)."""
@@ -233,27 +184,6 @@ class LizardSandboxSession(BaseSandboxSession):
         merged = {**(self.state.envs or {}), **manifest_env}
         return {key: value for key, value in merged.items() if value is not None}
 
-    async def _run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float | None = None,  # noqa: ASYNC109  # the command's own limit, in the guest
-        user: str | None = None,
-        input: bytes | None = None,
-        env: dict[str, str] | None = None,
-    ) -> CommandResult:
-        with exec_errors(argv, timeout):
-            return await arun_command(
-                self._session,
-                argv,
-                cwd=self.state.manifest.root,
-                create_cwd=True,
-                env={**await self._environment(), **(env or {})},
-                timeout=timeout,
-                user=user,
-                input=input,
-            )
-
     async def _exec_internal(
         self,
         *command: str | Path,
@@ -264,7 +194,16 @@ class LizardSandboxSession(BaseSandboxSession):
         # SandboxSession.exec prefixes `sudo -u USER --`; Lizard switches users itself.
         if len(argv) >= 4 and argv[0] == "sudo" and argv[1] == "-u" and argv[3] == "--":
             user, argv = argv[2], argv[4:]
-        result = await self._run(argv, timeout=timeout, user=user)
+        with exec_errors(argv, timeout):
+            result: CommandResult = await arun_command(
+                self._session,
+                argv,
+                cwd=self.state.manifest.root,
+                create_cwd=True,
+                env=await self._environment(),
+                timeout=timeout,
+                user=user,
+            )
         return ExecResult(stdout=result.stdout, stderr=result.stderr, exit_code=result.exit_code)
 
     # ── PTY: an interactive process kept in the sandbox ──────────────────
@@ -272,17 +211,12 @@ class LizardSandboxSession(BaseSandboxSession):
     def supports_pty(self) -> bool:
         return True
 
-    async def _pty_update(
-        self, process_id: int, update: Update, max_output_tokens: int | None
+    def _pty_update(
+        self, process_id: int | None, update: Update, max_output_tokens: int | None
     ) -> PtyExecUpdate:
         text, original = truncate_text_by_tokens(
             update.output.decode("utf-8", errors="replace"), max_output_tokens
         )
-        if update.exit_code is not None:
-            self._ptys.pop(process_id, None)
-            self._pty_used.pop(process_id, None)
-        else:
-            self._pty_used[process_id] = time.monotonic()
         return PtyExecUpdate(
             process_id=None if update.exit_code is not None else process_id,
             output=text.encode(),
@@ -302,38 +236,20 @@ class LizardSandboxSession(BaseSandboxSession):
     ) -> PtyExecUpdate:
         """Start a process kept in the sandbox; its output of the first ``yield_time_s``."""
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
-        name = user.name if isinstance(user, User) else user
         # The SDK's defaults, as its E2B client has them: 10 s for a start, 250 ms for a write.
         wait = clamp_pty_yield_time_ms(int((yield_time_s or 10.0) * 1000)) / 1000
         with exec_errors(argv, timeout):
-            process, update = await astart_interactive(
+            process_id, update = await self._ptys.astart(
                 self._session,
                 argv,
                 cwd=self.state.manifest.root,
                 env=await self._environment(),
-                user=name,
+                user=_user_name(user),
                 tty=tty,
                 wait=wait,
                 timeout=timeout,
             )
-        process_id = allocate_pty_process_id(set(self._ptys))
-        pruned = self._prune_ptys()
-        self._ptys[process_id] = process
-        if pruned is not None:
-            with contextlib.suppress(core.LizardIntegrationError):
-                await pruned.aterminate()
-        return await self._pty_update(process_id, update, max_output_tokens)
-
-    def _prune_ptys(self) -> InteractiveProcess | None:
-        """At the SDK's limit of kept processes, the least recently used to end (as E2B does)."""
-        if len(self._ptys) < pty_types.PTY_PROCESSES_MAX:
-            return None
-        meta = [(pid, self._pty_used.get(pid, 0.0), False) for pid in self._ptys]
-        victim = process_id_to_prune_from_meta(meta)
-        if victim is None:
-            return None
-        self._pty_used.pop(victim, None)
-        return self._ptys.pop(victim, None)
+        return self._pty_update(process_id, update, max_output_tokens)
 
     async def pty_write_stdin(
         self,
@@ -344,35 +260,21 @@ class LizardSandboxSession(BaseSandboxSession):
         max_output_tokens: int | None = None,
     ) -> PtyExecUpdate:
         """Feed ``chars`` to a kept process; its output within ``yield_time_s``."""
-        process = self._resolve_pty_session_entry(pty_processes=self._ptys, session_id=session_id)
+        if session_id not in self._ptys:
+            raise PtySessionNotFoundError(session_id=session_id)
         wait_ms = resolve_pty_write_yield_time_ms(
             yield_time_ms=int((yield_time_s or 0.25) * 1000), input_empty=chars == ""
         )
         with exec_errors(["write_stdin"], None):
-            try:
-                update = await process.afeed(chars.encode(), wait=wait_ms / 1000)
-            except BrokenPipeError:  # it ended since the last call: its last output and exit
-                update = await process.afeed(b"", wait=0)
-        return await self._pty_update(session_id, update, max_output_tokens)
+            update = await self._ptys.afeed(session_id, chars.encode(), wait=wait_ms / 1000)
+        return self._pty_update(session_id, update, max_output_tokens)
 
     async def pty_terminate_all(self) -> None:
-        processes, self._ptys, self._pty_used = list(self._ptys.values()), {}, {}
-        for process in processes:
-            # A sandbox already gone ended them too.
-            with contextlib.suppress(core.LizardIntegrationError):
-                await process.aterminate()
+        await self._ptys.aterminate_all()
 
-    # ── files ────────────────────────────────────────────────────────────
+    # ── files: the path resolved in the sandbox, in the request that moves the bytes ──
 
-    async def _transfer(
-        self,
-        script: str,
-        path: Path | str,
-        mode: Literal["0", "1"],
-        user: str | None,
-        **kwargs: object,
-    ) -> tuple[Path, CommandResult]:
-        """Resolve ``path`` in the sandbox and run ``script`` on it, in one request."""
+    def _resolver(self, path: Path | str, mode: Literal["0", "1"]) -> tuple[Path, Resolver]:
         policy = self._workspace_path_policy()
         target = Path(self.normalize_path(path, for_write=mode == "1"))
         grants = [
@@ -380,89 +282,52 @@ class LizardSandboxSession(BaseSandboxSession):
             for root, read_only in policy.extra_path_grant_rules()
             for arg in (root.as_posix(), "1" if read_only else "0")
         ]
-        argv = ["sh", "-c", script, "sh", RESOLVE_WORKSPACE_PATH_HELPER.content]
-        argv += [policy.sandbox_root().as_posix(), target.as_posix(), mode, *grants]
-        result = await self._run(argv, user=user, **kwargs)  # type: ignore[arg-type]
-        if result.exit_code == _READ_ONLY and mode == "1":
-            context = {"reason": "read_only_extra_path_grant", "path": target.as_posix()}
-            raise WorkspaceArchiveWriteError(path=target, context=context)
-        if result.exit_code == _ESCAPED:
-            original = coerce_posix_path(path)
-            reason: Literal["absolute", "escape_root"] = (
-                "absolute" if original.is_absolute() else "escape_root"
-            )
-            detail = result.stderr.decode("utf-8", errors="replace").strip()
-            raise InvalidManifestPathError(
-                rel=original.as_posix(), reason=reason, context={"detail": detail}
-            )
-        return target, result
+        args = (policy.sandbox_root().as_posix(), target.as_posix(), mode, *grants)
+        return target, Resolver(RESOLVE_WORKSPACE_PATH_HELPER.content, args)
+
+    @contextlib.contextmanager
+    def _path_errors(self, path: Path | str, target: Path, *, write: bool) -> Iterator[None]:
+        """The SDK's errors for a refused path (as its own check raises them), else workspace's."""
+        with workspace_errors(target, write=write):
+            try:
+                yield
+            except FileNotFoundError as error:
+                if write:
+                    raise
+                raise WorkspaceReadNotFoundError(path=target, cause=error) from error
+            except PathRefusedError as error:
+                if error.exit_code == _READ_ONLY and write:
+                    context = {"reason": "read_only_extra_path_grant", "path": target.as_posix()}
+                    raise WorkspaceArchiveWriteError(path=target, context=context) from error
+                if error.exit_code == _ROOT_GRANT:
+                    raise ValueError(error.detail) from error
+                if error.exit_code != _ESCAPED:
+                    raise
+                original = coerce_posix_path(path)
+                reason: Literal["absolute", "escape_root"] = (
+                    "absolute" if original.is_absolute() else "escape_root"
+                )
+                raise InvalidManifestPathError(
+                    rel=original.as_posix(), reason=reason, context={"detail": error.detail}
+                ) from error
 
     async def read(self, path: Path | str, *, user: str | User | None = None) -> io.IOBase:
-        """The file's bytes as a stream: one request up to :data:`SMALL_READ`, else chunks.
-
-        A large file read as ``user`` is first copied by that user's process into a private
-        stage, so only what the user can read ever leaves the sandbox.
-        """
-        name = user.name if isinstance(user, User) else user
-        target, result = await self._transfer(_READ_SCRIPT, path, "0", name, env=_NO_STAGE)
-        _check_read(target, result, _LARGE)
-        if result.exit_code == 0:
-            return io.BytesIO(result.stdout)
-        spool = _spool()
-        try:
-            async with contextlib.AsyncExitStack() as stack:
-                source = result.stdout.decode()
-                if name is not None:
-                    with workspace_errors(target, write=False):
-                        staged = astage_for_user(self._session, name)
-                        source = await stack.enter_async_context(staged)
-                    env = {"LIZARD_STAGE": source}
-                    _check_read(
-                        target, (await self._transfer(_READ_SCRIPT, path, "0", name, env=env))[1]
-                    )
-                with workspace_errors(target, write=False):
-                    async for piece in self._files.aiter_bytes(source):
-                        spool.write(piece)
-        except BaseException:
-            spool.close()
-            raise
-        spool.seek(0)
-        return spool  # an io.IOBase since Python 3.11
+        """The file's bytes as a stream: one request for a small file, else streamed."""
+        target, resolver = self._resolver(path, "0")
+        with self._path_errors(path, target, write=False):
+            return await aread_resolved(  # an io.IOBase since Python 3.11
+                self._session, resolver, user=_user_name(user)
+            )
 
     async def write(
         self, path: Path | str, data: io.IOBase, *, user: str | User | None = None
     ) -> None:
-        """Write ``data``: one request up to :data:`SMALL_WRITE`, else streamed in chunks."""
-        head = data.read(SMALL_WRITE + 1)
-        head = head.encode() if isinstance(head, str) else bytes(head or b"")
-        streamed = len(head) > SMALL_WRITE
-        env = {**_NO_STAGE, "LIZARD_STREAMED": "1" if streamed else "0"}
-        stdin = None if streamed else head
-        name = user.name if isinstance(user, User) else user
-        target, result = await self._transfer(_WRITE_SCRIPT, path, "1", name, input=stdin, env=env)
-        _check_written(target, result)
-        if not streamed:
-            return
+        """Write ``data``: one request for a small file, else streamed in chunks."""
+        target, resolver = self._resolver(path, "1")
+        with self._path_errors(path, target, write=True):
+            await awrite_resolved(self._session, resolver, data, user=_user_name(user))  # type: ignore[arg-type]
 
-        def pieces() -> Iterator[bytes]:
-            yield head
-            yield from iter_chunks(data)  # type: ignore[arg-type]
-
-        if name is None:
-            with workspace_errors(target, write=True):
-                await self._files.awrite_chunks(result.stdout.decode(), pieces())
-            return
-        # As another user: staged, then copied into place by that user's own process.
-        async with contextlib.AsyncExitStack() as stack:
-            with workspace_errors(target, write=True):
-                stage = await stack.enter_async_context(astage_for_user(self._session, name))
-                await self._files.awrite_chunks(stage, pieces())
-            env = {"LIZARD_STAGE": stage, "LIZARD_STREAMED": "0"}
-            _check_written(
-                target, (await self._transfer(_WRITE_SCRIPT, path, "1", name, env=env))[1]
-            )
-
-    # ── workspace persistence ────────────────────────────────────────────
+    # ── workspace persistence (lizard_core.saved_workspaces) ─────────────
 
     async def persist_workspace(self) -> io.IOBase:
         """A tar of the workspace root (members relative to it), or a Lizard snapshot's reference.
@@ -472,70 +337,50 @@ class LizardSandboxSession(BaseSandboxSession):
         A manifest with paths kept out of persistence falls back to the tar, which can skip them.
         """
         root = self._workspace_root_path()
-        if self.state.workspace_persistence == "snapshot" and not (
-            self._persist_workspace_skip_relpaths()
-        ):
-            with workspace_errors(root, write=False):
-                record = await atake_snapshot(self._session, "openai-agents workspace")
-            previous, self.state.snapshot_id = self.state.snapshot_id, record.snapshot_id
-            if previous not in (None, record.snapshot_id):
-                with contextlib.suppress(core.LizardIntegrationError):
-                    await adelete_snapshots(self._session.config, [previous])
-            return io.BytesIO(encode_reference(record.snapshot_id))
+        skipped = [p.as_posix() for p in self._persist_workspace_skip_relpaths()]
+        as_snapshot = self.state.workspace_persistence == "snapshot" and not skipped
         with workspace_errors(root, write=False):
-            return await apack_directory(  # an io.IOBase since Python 3.11
+            saved, snapshot_id = await asave_workspace(
                 self._session,
                 root.as_posix(),
-                exclude=[p.as_posix() for p in self._persist_workspace_skip_relpaths()],
-                spool_memory=SPOOL_MEMORY,
+                snapshot=as_snapshot,
+                label="openai-agents workspace",
+                replaces=self.state.snapshot_id,
+                exclude=skipped,
             )
+        if snapshot_id is not None:
+            self.state.snapshot_id = snapshot_id
+        return saved  # an io.IOBase since Python 3.11
 
     async def hydrate_workspace(self, data: io.IOBase) -> None:
-        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar unpacked.
+        """Restore what :meth:`persist_workspace` saved: a snapshot's files, or a tar.
 
-        A tar is checked on the host first (``lizard_core.archives.check_archive``), so nothing
-        of a hostile one is extracted.
+        A tar is checked on the host first, so nothing of a hostile one is extracted.
         """
         root = self._workspace_root_path()
-        with _spool() as spool:
-            for piece in iter_chunks(data):  # type: ignore[arg-type]
-                spool.write(piece)
-            spool.seek(0)
-            snapshot_id = decode_reference(spool.read(512))
-            if snapshot_id is not None:
-                await self._restore_snapshot(snapshot_id)
-                return
-            spool.seek(0)
-            try:
-                with workspace_errors(root, write=True):
-                    await aunpack_archive(
-                        self._session, root.as_posix(), spool, max_members=HYDRATE_MEMBERS
+        try:
+            with workspace_errors(root, write=True):
+                snapshot_id = await arestore_workspace(
+                    self._session,
+                    root.as_posix(),
+                    data,  # type: ignore[arg-type]  # the SDK's io.IOBase: a binary file
+                    max_members=HYDRATE_MEMBERS,
+                )
+                if snapshot_id is not None and snapshot_id != self._restored_from:
+                    # Not already started from it by resume(): a sandbox started from it now.
+                    new = await areplace_from_snapshot(
+                        self._session, snapshot_id, volume=self.state.volume
                     )
-            except core.UnsafeArchiveError as error:
-                context = {"reason": error.reason, "member": error.member}
-                raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
+                    self._session, self._restored_from = new, snapshot_id
+                    self.state.sandbox_id = new.sandbox_id or ""
+        except core.UnsafeArchiveError as error:
+            context = {"reason": error.reason, "member": error.member}
+            raise WorkspaceArchiveWriteError(path=root, context=context, cause=error) from error
 
     async def _clear_workspace_root_on_resume(self) -> None:
         # A sandbox started from the saved snapshot already holds the workspace to restore.
         if self._restored_from is None:
             await super()._clear_workspace_root_on_resume()
-
-    async def _restore_snapshot(self, snapshot_id: str) -> None:
-        """Replace this session's sandbox by one started from ``snapshot_id``."""
-        if snapshot_id == self._restored_from:
-            return  # resume() already started this sandbox from it
-        root = self._workspace_root_path()
-        old = self._session
-        with workspace_errors(root, write=True):
-            await old.adestroy()  # first: a volume attaches to one sandbox at a time
-            new = Session(old.config, snapshot_id=snapshot_id, volume=self.state.volume)
-            try:
-                await new.asandbox()
-            except BaseException:
-                await new.adestroy()
-                raise
-        self._session, self._files = new, SandboxFiles(new)
-        self.state.sandbox_id, self._restored_from = new.sandbox_id or "", snapshot_id
 
     def __repr__(self) -> str:
         return f"LizardSandboxSession(sandbox_id={self.state.sandbox_id!r})"

@@ -1,0 +1,116 @@
+"""Interactive processes kept under numbers, for a tool that names them in later calls.
+
+A shell tool that starts a process and lets the model write to it later (the OpenAI Agents
+SDK's ``write_stdin``) needs a number per process, a bound on how many are kept, and an end for
+all of them. :class:`ProcessTable` keeps :class:`~lizard_core.interactive.InteractiveProcess`
+objects that way.
+
+Contract (proven against lizard-local in ``tests/test_process_table.py``):
+
+- **Numbers.** :meth:`ProcessTable.astart` gives each kept process a number from ``first_id``
+  up, never reused while the table lives. A process that ended within its start's wait is not
+  kept (its number is None).
+- **Bounded.** At most ``limit`` are kept: a start past it ends the least recently started or
+  fed one, sparing the ``protected_recent`` most recent (the OpenAI Agents SDK's policy).
+- **Feeding.** :meth:`ProcessTable.afeed` writes to a kept process and returns its output; an
+  unknown number is ``KeyError``. A process that ended since its last call gives its last
+  output and exit code, and a process seen ended is dropped.
+- **Ends.** :meth:`ProcessTable.aterminate_all` ends every kept process (one request each; a
+  sandbox already gone ended them too). Each call is the one request of
+  :mod:`lizard_core.interactive`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+
+from lizard_core.errors import LizardIntegrationError
+from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
+from lizard_core.session import Session
+
+__all__ = ["ProcessTable"]
+
+
+class ProcessTable:
+    """Interactive processes kept by number (see the module docstring)."""
+
+    def __init__(self, *, limit: int = 64, protected_recent: int = 8, first_id: int = 1000) -> None:
+        if limit < 1 or not 0 <= protected_recent < limit:
+            raise ValueError("limit must be positive and protected_recent below it")
+        self._limit = limit
+        self._protected = protected_recent
+        self._ids = itertools.count(first_id)
+        self._kept: dict[int, InteractiveProcess] = {}
+        self._used: dict[int, float] = {}  # number -> when last started or fed
+
+    def __contains__(self, process_id: object) -> bool:
+        return process_id in self._kept
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    async def astart(
+        self,
+        session: Session,
+        argv: Sequence[str],
+        *,
+        wait: float,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        user: str | None = None,
+        tty: bool = False,
+        timeout: float | None = None,  # noqa: ASYNC109  # the process's own limit, in the guest
+    ) -> tuple[int | None, Update]:
+        """Start ``argv`` (:func:`~lizard_core.interactive.astart_interactive`) and keep it.
+
+        Returns its number (None when it already ended) and its output of the first ``wait``
+        seconds.
+        """
+        process, update = await astart_interactive(
+            session, argv, cwd=cwd, env=env, user=user, tty=tty, wait=wait, timeout=timeout
+        )
+        if update.exit_code is not None:
+            return None, update
+        pruned = self._prune()
+        process_id = next(self._ids)
+        self._kept[process_id] = process
+        self._used[process_id] = time.monotonic()
+        if pruned is not None:
+            with contextlib.suppress(LizardIntegrationError):
+                await pruned.aterminate()
+        return process_id, update
+
+    def _prune(self) -> InteractiveProcess | None:
+        """At the limit, the least recently used process outside the protected ones."""
+        if len(self._kept) < self._limit:
+            return None
+        by_use = sorted(self._used, key=self._used.__getitem__)
+        victim = by_use[: len(by_use) - self._protected][0]
+        del self._used[victim]
+        return self._kept.pop(victim)
+
+    async def afeed(self, process_id: int, data: bytes, *, wait: float) -> Update:
+        """Write ``data`` to process ``process_id`` and return its output within ``wait`` s."""
+        process = self._kept[process_id]
+        try:
+            update = await process.afeed(data, wait=wait)
+        except BrokenPipeError:  # it ended since the last call: its last output and exit
+            update = await process.afeed(b"", wait=0)
+        if update.exit_code is None:
+            self._used[process_id] = time.monotonic()
+        else:
+            self._kept.pop(process_id, None)
+            self._used.pop(process_id, None)
+        return update
+
+    async def aterminate_all(self) -> None:
+        """End every kept process; the table is empty afterwards."""
+        processes = list(self._kept.values())
+        self._kept.clear()
+        self._used.clear()
+        for process in processes:
+            with contextlib.suppress(LizardIntegrationError):
+                await process.aterminate()
