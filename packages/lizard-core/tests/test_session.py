@@ -21,6 +21,7 @@ from lizard_core import (
     Session,
     TransientError,
 )
+from lizard_core._pausing import _seconds_left
 from lizard_local import LocalServer
 
 CREATE = "POST /api/sandboxes"
@@ -873,14 +874,23 @@ def test_keep_alive_is_off_by_default(
 def test_keep_alive_extends_an_attached_sandbox_once_at_first_use(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
-    existing = sdk_sandbox(lizard_counters)
+    existing = sdk_sandbox(lizard_counters)  # the SDK's lifetime: 5 minutes
     lizard_counters.reset_counters()
     try:
-        session = Session(sandbox_config, sandbox_id=existing.sandbox_id, keep_alive=True)
+        # More than half its lifetime is left: keep-alive's rule holds, nothing to extend.
+        same = Session(sandbox_config, sandbox_id=existing.sandbox_id, keep_alive=True)
+        sandbox = same.sandbox()
+        for _ in range(3):
+            same.call(sandbox.get_info, idempotent=True)
+        assert count(lizard_counters, EXTEND) == 0
+        # Less than half of this configuration's lifetime is left: extended once.
+        longer = sandbox_config.replace(lifetime_ms=900_000)
+        session = Session(longer, sandbox_id=existing.sandbox_id, keep_alive=True)
         sandbox = session.sandbox()
         for _ in range(5):
             session.call(sandbox.get_info, idempotent=True)
         assert count(lizard_counters, EXTEND) == 1
+        assert _seconds_left(sandbox.get_info()) > 600
     finally:
         existing.kill()
 

@@ -439,7 +439,7 @@ async def test_a_first_run_that_cannot_create_the_working_dir_is_a_workspace_err
 async def test_keep_alive_extends_the_lifetime_while_in_use(
     lizard_counters: LocalServer, make_backend: BackendFactory
 ) -> None:
-    backend = make_backend(keep_alive=True, lifetime_ms=2_000)
+    backend = make_backend(lifetime_ms=2_000)  # keep-alive is on by default
     await backend.working_dir()
     await anyio.sleep(1.2)  # past half the lifetime: the next use extends it
     await backend.run(["true"])

@@ -665,7 +665,7 @@ def test_envs_reach_the_sandbox_and_the_api_key_does_not(
 
 
 def test_keep_alive_outlives_the_lifetime(make_executor: MakeExecutor) -> None:
-    executor = make_executor(lifetime_ms=2000, keep_alive=True)
+    executor = make_executor(lifetime_ms=2000)  # keep-alive is on by default
     executor("import time")
     started = time.monotonic()
     while time.monotonic() - started < 3.5:  # well past the 2 s lifetime
@@ -693,9 +693,9 @@ def test_a_timeout_the_lifetime_cannot_cover_is_refused(
     kwargs: dict[str, Any], local_server: LocalServer
 ) -> None:
     with pytest.raises(ValueError, match="longer than lifetime_ms"):
-        LizardExecutor(**kwargs)
-    # With keep-alive the lifetime is extended while a step runs, so the same is accepted.
-    LizardExecutor(**kwargs, keep_alive=True).cleanup()
+        LizardExecutor(**kwargs, keep_alive=False)
+    # With keep-alive (the default) the lifetime is extended while a step runs: accepted.
+    LizardExecutor(**kwargs).cleanup()
     assert local_server.counters()["total"] == 0
 
 

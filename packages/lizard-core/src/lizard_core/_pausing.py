@@ -233,8 +233,9 @@ class Pausing:
         with self._lock:
             self._sandbox = sandbox
             if self._keep_alive and left_s != _NO_DEADLINE:
-                # Extended at first use once less than a lifetime is left, never shortened.
-                self._extend_due = started + max(left_s - lifetime_s, 0.0)
+                # Keep-alive's own rule, as after an extension: at least half a lifetime is
+                # left at every use (extended at first use once less is left), never shortened.
+                self._extend_due = started + max(left_s - lifetime_s / 2, 0.0)
         _log.debug("attached to sandbox %s", attach_id)
         return sandbox
 

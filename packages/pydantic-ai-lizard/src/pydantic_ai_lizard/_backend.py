@@ -154,7 +154,8 @@ class LizardSandboxBackend(
         region: Region of a new sandbox; Lizard's default when `None`.
         envs: Variables set on a new sandbox itself, visible to every process in it.
         internet_access: Whether a new sandbox may reach the internet.
-        keep_alive: Extend the sandbox's lifetime while this backend is in use.
+        keep_alive: Extend the sandbox's lifetime while this backend is in use (on by
+            default; an idle sandbox still expires).
         snapshot: A snapshot id (`lizard_core.snapshots.take_snapshot`) a new sandbox starts
             from, with its files; not with `ref`.
         volume: A project volume's name, mounted at `/workspace` of a new sandbox (made if
@@ -178,7 +179,7 @@ class LizardSandboxBackend(
         region: str | None = None,
         envs: Mapping[str, str] | None = None,
         internet_access: bool = True,
-        keep_alive: bool = False,
+        keep_alive: bool = True,
         snapshot: str | None = None,
         volume: str | None = None,
         idle_pause_s: float | None = None,

@@ -93,8 +93,8 @@ class LizardSandbox(AbstractCapability[AgentDepsT]):
     internet_access: bool = True
     """Whether a new sandbox may reach the internet."""
 
-    keep_alive: bool = False
-    """Extend the sandbox's lifetime while the backend is in use."""
+    keep_alive: bool = True
+    """Extend the sandbox's lifetime while the backend is in use (an idle sandbox still expires)."""
 
     snapshot: str | None = None
     """A snapshot id a new sandbox starts from (its files); an attached sandbox keeps its own."""

@@ -112,8 +112,9 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     Newer keywords: ``template`` (default ``interpreter``; ``base`` works too), ``region``,
     ``envs`` (environment variables for the sandbox, e.g. secrets that tools need; nothing from
     the host is copied otherwise), ``internet_access`` and ``allowed_hosts``, ``sandbox_id``
-    (attach to a running sandbox and leave it running at cleanup), ``keep_alive`` (extend the
-    lifetime while steps run, also during one step longer than the lifetime),
+    (attach to a running sandbox and leave it running at cleanup), ``keep_alive`` (on by
+    default: extend the lifetime while steps run, also during one step longer than the
+    lifetime, so a long agent keeps its sandbox and an idle one still expires),
     ``install_timeout_ms`` (pip, separate from the step timeout; default 10 minutes, or the
     lifetime if shorter), ``max_print_outputs_length`` (log cap per step, characters),
     ``max_final_answer_bytes`` and ``live_logs_after`` (seconds before a running step's output
@@ -124,7 +125,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
     ``LizardExecutor(sandbox_id=executor.sandbox_id)``; False: it deletes either) and
     ``idle_pause_s`` (pause the sandbox after that many idle seconds; the next step resumes it).
 
-    Without ``keep_alive`` (and without ``sandbox_id``), a step or install timeout longer than
+    With ``keep_alive=False`` (and without ``sandbox_id``), a step or install timeout longer than
     ``lifetime_ms`` is a ValueError: the sandbox would expire before such a step could end.
 
     Use it as a context manager, or call ``cleanup()`` (``CodeAgent`` does on exit).
@@ -147,7 +148,7 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         internet_access: bool = True,
         allowed_hosts: Sequence[str] | None = None,
         sandbox_id: str | None = None,
-        keep_alive: bool = False,
+        keep_alive: bool = True,
         install_timeout_ms: int | None = None,
         max_print_outputs_length: int = 50_000,
         max_final_answer_bytes: int = 16_000_000,
@@ -589,7 +590,7 @@ def _check_covered(name: str, value: int, lifetime_ms: int) -> None:
         raise ValueError(
             f"{name} ({value} ms) is longer than lifetime_ms ({lifetime_ms} ms): the sandbox "
             "would expire before such a step could end. Raise lifetime_ms, lower the timeout, "
-            "or pass keep_alive=True (which extends the lifetime while a step runs)."
+            "or leave keep_alive on (the default: it extends the lifetime while a step runs)."
         )
 
 
