@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import tracemalloc
@@ -25,6 +26,8 @@ from lizard_core.resolved_files import (
 from lizard_local import LocalServer
 
 EXEC = "POST /api/sandboxes/{id}/exec"
+GET_FILE = "GET /api/sandboxes/{id}/files"
+POST_FILE = "POST /api/sandboxes/{id}/files"
 # A few 4 MiB chunks in flight (a piece, its base64 body, the request), whatever the file's size;
 # the file moved is 48 MiB.
 STREAMED_PEAK_BYTES = 40 * 1024 * 1024
@@ -100,7 +103,7 @@ async def test_missing_files_directories_and_failures_are_their_os_errors(
     with pytest.raises(IsADirectoryError):
         await awrite_resolved(module_session, within(root, "dir"), b"x")
     await sh(module_session, f"echo x > {root}/file")
-    with pytest.raises(OSError, match="exit"):  # a parent that is a file
+    with pytest.raises(NotADirectoryError):  # a parent that is a file
         await awrite_resolved(module_session, within(root, "file/child"), b"x")
     # A resolver's own exit code never passes for ours (65 is "missing" for the script).
     with pytest.raises(PathRefusedError) as refused:
@@ -192,3 +195,61 @@ async def test_a_large_read_as_a_user_cannot_be_raced_to_a_file_it_may_not_read(
     except OSError:
         return
     assert stream.read() == b"p" * size
+
+
+# Prints $1/dir/$3, then (a process racing the transfer) swaps $1/dir for a symlink to $2.
+SWAPS_AFTER_RESOLVING = 'printf "%s\\n" "$1/dir/$3"; rm -rf -- "$1/dir"; ln -s -- "$2" "$1/dir"'
+
+
+@pytest.mark.parametrize("size", [5, STREAM_BUDGET + 1, SMALL_WRITE + 1])
+async def test_a_component_swapped_for_a_symlink_after_resolving_is_never_followed(
+    module_session: Any, root: str, size: int
+) -> None:
+    outside = f"{root}/../out"
+    await sh(module_session, f"head -c {size} /dev/zero > {outside}/f")
+    for mode in ("read", "write"):
+        await sh(module_session, f"mkdir -p {root}/dir && head -c {size} /dev/zero > {root}/dir/f")
+        swap = Resolver(SWAPS_AFTER_RESOLVING, (root, outside, "f" if mode == "read" else "new"))
+        transfer = (
+            aread_resolved(module_session, swap)
+            if mode == "read"
+            else awrite_resolved(module_session, swap, b"w" * size)
+        )
+        with pytest.raises(OSError, match="symlink") as refused:
+            await transfer
+        assert refused.value.errno == errno.ELOOP, refused.value
+    assert await sh(module_session, f"ls {outside}") == b"f\nsecret\n"  # nothing written there
+
+
+async def test_fifos_and_devices_are_refused_at_once(module_session: Any, root: str) -> None:
+    await sh(module_session, f"mkfifo {root}/fifo && ln -s /dev/null {root}/null")
+    with pytest.raises(OSError, match="regular") as fifo:
+        await aread_resolved(module_session, within(root, "fifo"))
+    assert fifo.value.errno == errno.EINVAL
+    with pytest.raises(OSError, match="No such device") as nobody_reads:
+        await awrite_resolved(module_session, within(root, "fifo"), b"x")
+    assert nobody_reads.value.errno == errno.ENXIO
+    device = Resolver('printf "%s\\n" /dev/null')
+    with pytest.raises(OSError, match="regular") as null:
+        await aread_resolved(module_session, device)
+    assert null.value.errno == errno.EINVAL
+
+
+async def test_large_transfers_cost_what_sandbox_files_cost(
+    module_session: Any, root: str, lizard_counters: LocalServer
+) -> None:
+    data = os.urandom(2 * CHUNK_SIZE)
+    await awrite_resolved(module_session, within(root, "big"), data)
+    assert lizard_counters.counters()["routes"] == {EXEC: 1, POST_FILE: 2}
+    lizard_counters.reset_counters()
+    assert (await aread_resolved(module_session, within(root, "big"))).read() == data
+    assert lizard_counters.counters()["routes"] == {EXEC: 1, GET_FILE: 1}
+
+
+async def test_a_resolved_path_is_taken_as_printed(module_session: Any, root: str) -> None:
+    assert await aresolve(module_session, within(root, " spaced ")) == f"{root}/ spaced "
+    await awrite_resolved(module_session, within(root, " spaced "), b"s")
+    assert await sh(module_session, f"cat '{root}/ spaced '") == b"s"
+    for printed in ("relative", "/a/../b", "/a//b"):
+        with pytest.raises(OSError, match="canonical"):
+            await aread_resolved(module_session, Resolver(f'printf "%s\\n" "{printed}"'))
