@@ -99,6 +99,24 @@ def test_a_later_call_is_served_by_the_hub_as_the_launcher_would_run_it(
     assert lizard_counters.counters()["routes"] == {EXEC: 1}
 
 
+def test_the_launcher_forks_the_hub_which_shows_none_of_the_request(session: Session) -> None:
+    # The first call's request travels in its argv; the hub forked from that call's launcher
+    # must not keep showing it (in ps, to every user) for as long as it lives.
+    first = run_command(session, ["sh", "-c", ": request-marker-a1b2c3"])
+    assert first.exit_code == 0
+    _wait_for_hub(session)
+    seen = _shell(
+        session,
+        f"p={HUB_PID}; tr '\\0' ' ' </proc/$p/cmdline; echo; "
+        # The pattern matches the marker, not itself (nor this script).
+        "grep -l 'request-marker-[a]1b2c3' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
+    ).split("\n")
+    assert seen[0].strip() == "lizard-hub"  # forked, not started afresh (``... serve``)
+    assert seen[1].strip() == "0"
+    parent, _ = _probe(session)
+    assert _served_by_hub(parent), parent
+
+
 def test_files_and_commands_through_the_hub_give_the_same_results(session: Session) -> None:
     from lizard_core.files import SandboxFiles
 
@@ -505,14 +523,16 @@ def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) ->
 
 def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) -> None:
     _until_served(session)
-    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose last
-    # argument is ``serve``; its children have the same arguments, but the call id for a name.
+    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose command
+    # line is ``lizard-hub`` (forked by a launcher) or ends with ``serve`` (started afresh); its
+    # children have the same command line, but the call id for a name.
     churn = (
         "n=0; end=$(($(date +%s) + 60)); "
         "while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
         "for p in $(ps -eo pid=,ppid=,comm= | awk '$2 == 1 && $3 ~ /^(lizard-hub|python3)$/ "
         "{print $1}'); do "
-        "[ \"$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | tail -n 1)\" = serve ] && "
+        "a=$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | grep -v '^$' | tail -n 1); "
+        '{ [ "$a" = serve ] || [ "$a" = lizard-hub ]; } && '
         "kill -9 $p 2>/dev/null && n=$((n + 1)); done; "
         'rm -rf "$HOME"/.cache/lizard-hub-* /tmp/.lizard-hub-*; echo $n > /tmp/churn-n; '
         "sleep 0.03; done; echo $n"
