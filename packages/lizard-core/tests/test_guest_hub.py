@@ -591,6 +591,47 @@ def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path
                 os.kill(int(path.name.split(".")[1]), 9)
 
 
+def test_a_hub_lost_between_the_relays_check_and_its_open_of_wait_means_the_launcher(
+    tmp_path: Path,
+) -> None:
+    """The relay checked a live hub, then the hub went: no hang, the launcher runs the program.
+
+    Deterministic: the stand-in passes every check the relay makes of a hub, but what the relay
+    opens next is in the state the hub's death leaves it: ``wait`` has no writer. A relay that
+    blocked opening it stalled the host until its deadline (and one that opened it by path in a
+    directory removed meanwhile exited 2 with no output); this relay opens nothing by path after
+    its check, and nothing it opens can block.
+    """
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        # No fd 11: the write end of ``wait`` is gone, as it is once the hub has died.
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print('ready', flush=True)\n"
+        "os.read(3, 64)\n"
+    )
+    key = _guest_relay.hub_key()
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE)
+    try:
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == b"ready\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=30)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
+        assert hub.poll() is None  # it was there all along: only ``wait`` was lost
+    finally:
+        hub.kill()
+        hub.wait()
+        for path in directory.glob("hub.*"):  # the hub the launcher started
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.name.split(".")[1]), 9)
+
+
 def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
     """A pidfd names one process: a pid reused since cannot be signalled by mistake."""
     from lizard_core._guest import _hub_child
