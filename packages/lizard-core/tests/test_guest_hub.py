@@ -766,6 +766,28 @@ def test_a_hub_named_in_a_shared_home_by_another_user_is_not_used(
     assert (code, out) == (0, "launcher\n")
 
 
+def test_the_relay_checks_and_opens_one_process_through_one_descriptor() -> None:
+    # /proc/<pid> is opened once; the stat the checks read and both pipes are reached through
+    # that descriptor, which keeps naming the hub it was opened on (a pid reused since cannot
+    # answer through it). Reaching them by /proc/<pid>/... paths would reopen the pid each time.
+    relay = _guest_relay.RELAY
+    assert relay.count("/proc/$p") == 1
+    assert '8<"/proc/$p"' in relay
+    for reached in ("/proc/self/fd/8/stat", "/proc/self/fd/8/fd/11", "/proc/self/fd/8/fd/3"):
+        assert reached in relay
+    # Neither the launcher nor anything the hub's child takes over keeps it.
+    assert relay.count("8<&-") == 3
+    # What that rests on: once its process is gone, a held /proc/<pid> reads nothing, so it
+    # can never show the process that takes the pid next.
+    script = (
+        "sleep 30 & p=$!; exec 8</proc/$p; read -r l </proc/self/fd/8/stat && echo before; "
+        "kill -9 $p; wait $p; { read -r l </proc/self/fd/8/stat && echo after; } 2>/dev/null; "
+        "echo done"
+    )
+    done = subprocess.run(["sh", "-c", script], capture_output=True, timeout=30)
+    assert done.stdout == b"before\ndone\n"
+
+
 def test_a_process_whose_name_forges_the_start_time_is_not_a_hub(tmp_path: Path) -> None:
     """A name with spaces and a parenthesis shifts ``/proc/<pid>/stat``'s fields: here its
     thread count (1) reads as the start time. Such a process (one that took a dead hub's pid,
