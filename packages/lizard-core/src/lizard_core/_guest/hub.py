@@ -167,12 +167,12 @@ def launch() -> None:
     key = sys.argv[1]
     program = sys.argv[3].encode("ascii")
     code = unpack(program)
-    go = -1
+    go, forked = -1, 0
     directory = private_dir(key, create=True)
     if directory >= 0:
         try:
             if not hub_pid(directory):
-                go = fork_hub(key, sys.argv[2], {program: code})
+                go, forked = fork_hub(key, sys.argv[2], {program: code})
         except OSError:
             pass  # no hub: later operations run here too, as before
         finally:
@@ -184,11 +184,18 @@ def launch() -> None:
         os.dup2(null, fd)
     if go >= 0:
         os.close(go)  # the hub waiting on it starts now (so would our exit)
+        try:
+            os.waitpid(forked, 0)  # the go-between, long gone (not awaited before the program)
+        except OSError:
+            pass
     os._exit(status)
 
 
-def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
+def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> Tuple[int, int]:
     """Fork the hub now; it waits, detached, until the returned descriptor is closed.
+
+    Returns that descriptor and the pid of the go-between that detaches the hub, to reap once
+    the program is done (waiting for it now would put a scheduling round trip on the call).
 
     Forked before the program runs, it holds nothing of the program's (no thread, no handler,
     no module state): only this interpreter, started as the hub's own would be (``python3 -I -S
@@ -203,8 +210,7 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
     pid = os.fork()
     if pid:
         os.close(go_r)
-        os.waitpid(pid, 0)
-        return go_w
+        return go_w, pid
     try:
         os.setsid()
         if os.fork():
