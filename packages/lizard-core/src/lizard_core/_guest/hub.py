@@ -167,35 +167,32 @@ def launch() -> None:
     key = sys.argv[1]
     program = sys.argv[3].encode("ascii")
     code = unpack(program)
-    go, forked = -1, 0
-    directory = private_dir(key, create=True)
-    if directory >= 0:
-        try:
-            if not hub_pid(directory):
-                go, forked = fork_hub(key, sys.argv[2], {program: code})
-        except OSError:
-            pass  # no hub: later operations run here too, as before
-        finally:
-            os.close(directory)
+    forked = 0
+    try:
+        forked = fork_hub(key, sys.argv[2], {program: code})
+    except OSError:
+        pass  # no hub: later operations run here too, as before
     del program
     status = run_main(code, ["-c"] + sys.argv[4:])
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    if go >= 0:
-        os.close(go)  # the hub waiting on it starts now (so would our exit)
+    if forked:
         try:
             os.waitpid(forked, 0)  # the go-between, long gone (not awaited before the program)
         except OSError:
             pass
-    os._exit(status)
+    os._exit(status)  # the hub waiting for this process starts now
 
 
-def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> Tuple[int, int]:
-    """Fork the hub now; it waits, detached, until the returned descriptor is closed.
+def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
+    """Fork the hub now; it waits, detached, until this process has exited.
 
-    Returns that descriptor and the pid of the go-between that detaches the hub, to reap once
-    the program is done (waiting for it now would put a scheduling round trip on the call).
+    Returns the pid of the go-between that detaches the hub, to reap once the program is done
+    (waiting for it now would put a scheduling round trip on the call); this process keeps no
+    descriptor of the hub's, so the program sees exactly what ``python3 -c`` would. The hub
+    exits at once where the user's hub directory is not private (:func:`private_dir`) or a hub
+    runs already.
 
     Forked before the program runs, it holds nothing of the program's (no thread, no handler,
     no module state): only this interpreter, started as the hub's own would be (``python3 -I -S
@@ -206,30 +203,36 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> Tuple[int, int]:
     idle. ``codes`` (the program, compiled) serve the next call of the same program. Where its
     command line (the call's request) cannot be blanked, it starts a fresh hub instead.
     """
-    go_r, go_w = os.pipe()
+    launcher = os.getpid()
     pid = os.fork()
     if pid:
-        os.close(go_r)
-        return go_w, pid
+        return pid
     try:
+        # Opened while the launcher surely lives (it reaps this process before it exits), so
+        # both name it and no other process that might take its pid later.
+        proc = os.open("/proc/%d" % launcher, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        pidfd = open_pidfd(launcher)
         os.setsid()
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        close_from(3, (go_r,))
+        close_from(3, (proc, pidfd))
+        # Here rather than before the fork, off the call's path: whether this sandbox can host
+        # a hub for this user and none runs yet.
+        directory = private_dir(key, create=True)
+        if directory < 0:
+            os._exit(0)
+        running = hub_pid(directory)
+        os.close(directory)
+        if running:
+            os._exit(0)
         os.chdir("/")
         blank = blank_command_line()
         if blank and len(getattr(os, "sched_getaffinity", lambda _: ())(0)) > 1:
             preload()
-        while True:
-            try:
-                if not os.read(go_r, 1):
-                    break  # the program is done: its launcher closed ``go`` or exited
-            except InterruptedError:
-                continue
-        os.close(go_r)
+        wait_for_exit(proc, pidfd)
         if blank:
             sys.argv = ["-c", key, "serve"]  # the call's request, freed
             resident = Hub(key)
@@ -240,6 +243,30 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> Tuple[int, int]:
             exec_hub(key, hub)
     finally:
         os._exit(0)
+
+
+def wait_for_exit(proc: int, pidfd: int) -> None:
+    """Return once the process of ``proc`` (a ``/proc/<pid>`` descriptor) has exited.
+
+    Through its pidfd where there is one (readable once it exits); else by looking every few
+    milliseconds (its stat says ``Z`` once it exited, and reads nothing once it is reaped).
+    """
+    import select
+    import time
+
+    if pidfd >= 0:
+        while not select.select([pidfd], [], [], 5.0)[0]:
+            pass
+        os.close(pidfd)
+    else:
+        while True:
+            try:
+                if read_at(proc, "stat").rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break  # exited, not yet reaped
+            except (OSError, IndexError):
+                break
+            time.sleep(0.005)
+    os.close(proc)
 
 
 def blank_command_line() -> bool:
