@@ -104,7 +104,7 @@ def test_strands_operations_run_on_our_side_only() -> None:
 def test_every_issue_operation_is_in_the_catalogue_once() -> None:
     names = [op.name for op in catalogue.OPERATIONS + catalogue.PROBES]
     assert len(names) == len(set(names))
-    assert len(catalogue.OPERATIONS) == 42
+    assert len(catalogue.OPERATIONS) == 43
     for op in catalogue.OPERATIONS + catalogue.PROBES:
         assert hasattr(driver.Workload, f"_op_{op.name}"), op.name
     # No 0.1.x release has the OpenAI Agents adapter: its rows are measured on our side only.
@@ -115,6 +115,14 @@ def test_every_issue_operation_is_in_the_catalogue_once() -> None:
         assert catalogue.operation(target.operation).kind != "probe"
     assert catalogue.operation("bare_exec") is catalogue.LIMIT
     assert catalogue.LIMIT.kind == "limit"
+    assert catalogue.operation("sdk_first_use") is catalogue.COLD_LIMIT
+    assert (catalogue.COLD_LIMIT.kind, catalogue.COLD_LIMIT.cold) == ("limit", True)
+    for ratio_target in catalogue.RATIO_TARGETS:
+        assert catalogue.operation(ratio_target.operation).cold
+        assert catalogue.operation(ratio_target.versus).cold
+    for reference_target in catalogue.REFERENCE_TARGETS:
+        assert catalogue.operation(reference_target.operation).cold
+        assert {name for name, _ in reference_target.reference_ms} == {"0", "20", "20+40"}
     assert [t.operation for t in catalogue.LIMIT_TARGETS] == [
         "command_true",
         "stat",
@@ -552,6 +560,39 @@ def test_one_operation_runs_against_lizard_local_and_is_counted(
     page = report.render_page(result, reading.reading_lines(result), "performance.png")
     assert "command `true`" in page
     assert "](performance.png)" in page
+
+
+def test_ratio_targets_hold_cold_starts_to_the_sdk_and_to_each_other() -> None:
+    twenty = Setting(20)
+    close = make_run(
+        (FAST, twenty),
+        sdk_first_use={OURS: [sample(80)]},
+        first_use={OURS: [sample(120)]},  # 1.5×
+        executor_start={OURS: [sample(160)]},  # 1.33×
+    )
+    first, start = report.ratio_lines(close)
+    assert first == (
+        "- ✅ a first use within 1.6× of the SDK's own (limit: the SDK's own create + exec of "
+        "`true` (new sandbox)) — 1.5× (120 ms vs 80.0 ms) at 0 ms; 1.5× (120 ms vs 80.0 ms) at "
+        "20 ms"
+    )
+    assert start.startswith("- ❌ a new executor's start within 1.3× of a first use")
+    assert "1.3× (160 ms vs 120 ms) at 0 ms" in start
+    assert first in report.render_page(close, [])
+    alone = make_run((twenty,), first_use={OURS: [sample(120)]})
+    assert all("not measured" in line for line in report.ratio_lines(alone))
+
+
+def test_reference_targets_judge_against_the_published_page() -> None:
+    fast = make_run((FAST, twenty := Setting(20), SLOW), code_agent_3_steps={OURS: [sample(250)]})
+    (line,) = report.reference_lines(fast)
+    assert line.startswith("- ✅ a 3-step CodeAgent run (new executor) at least 1.5× faster than")
+    assert "1.7× (250 ms vs 419 ms) at 0 ms" in line
+    assert "2.3× (250 ms vs 575 ms) at 20+40 ms" in line
+    slow = make_run((twenty,), code_agent_3_steps={OURS: [sample(400)]})
+    assert report.reference_lines(slow)[0].startswith("- ❌")
+    other = make_run((Setting(50),), code_agent_3_steps={OURS: [sample(100)]})
+    assert "not measured" in report.reference_lines(other)[0]
 
 
 def test_win_targets_judge_restore_against_create_and_setup() -> None:

@@ -14,8 +14,9 @@ wrapping a ``lizard.Sandbox`` (0.1.0's constructor), OpenAI Agents operations th
 ``SandboxSession`` that ``openai_agents_lizard.LizardSandboxClient`` creates (ours only: no 0.1.x
 release has it). Probes are raw HTTP requests (no adapter)
 that price a new connection against a reused one; they run in this repository's environment
-only, as does the limit: lizard-sdk's own exec of ``true`` over one kept-alive connection, the
-least any operation that runs something in the sandbox can cost.
+only, as do the limits: lizard-sdk's own exec of ``true`` over one kept-alive connection, the
+least any operation that runs something in the sandbox can cost, and lizard-sdk's own create of
+a sandbox and exec of ``true`` in it, the least a first use of a new sandbox can cost.
 """
 
 from __future__ import annotations
@@ -25,18 +26,23 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
+    "COLD_LIMIT",
     "LIMIT",
     "LIMIT_TARGETS",
     "OPERATIONS",
     "OURS_ONLY",
     "PROBES",
     "QUICK_OPERATIONS",
+    "RATIO_TARGETS",
+    "REFERENCE_TARGETS",
     "REQUEST_TARGETS",
     "SETTINGS",
     "SPEED_TARGETS",
     "WIN_TARGETS",
     "LimitTarget",
     "Operation",
+    "RatioTarget",
+    "ReferenceTarget",
     "Setting",
     "SpeedTarget",
     "WinTarget",
@@ -79,8 +85,15 @@ LIMIT: Final = Operation(
 )
 """The floor every row is compared with: no adapter, no guest program, no new connection."""
 
+COLD_LIMIT: Final = Operation(
+    "sdk_first_use", "limit: the SDK's own create + exec of `true` (new sandbox)", "limit", True
+)
+"""The floor of a first use: lizard-sdk creates a sandbox and execs ``true`` in it, as it does
+(a new connection per request), with nothing of ours."""
+
 OPERATIONS: Final = (
     LIMIT,
+    COLD_LIMIT,
     Operation(
         "first_use", "first use of a sandbox (new backend, `run(['true'])`)", "workspace", True
     ),
@@ -334,3 +347,68 @@ WIN_TARGETS: Final = (
     ),
 )
 """Pairs of our own operations where the first must win."""
+
+
+@dataclass(frozen=True)
+class RatioTarget:
+    """Ours on ``operation`` takes at most ``factor`` times ours on ``versus``, in wall time.
+
+    Judged at every setting measured.
+    """
+
+    operation: str
+    versus: str
+    factor: float
+    what: str
+
+    def met(self, ours_s: float, versus_s: float) -> bool:
+        """Whether ``ours_s`` (``operation``) is within the factor of ``versus_s`` (``versus``)."""
+        return ours_s <= self.factor * versus_s
+
+
+RATIO_TARGETS: Final = (
+    RatioTarget("first_use", COLD_LIMIT.name, 1.6, "a first use within 1.6× of the SDK's own"),
+    RatioTarget(
+        "executor_start", "first_use", 1.3, "a new executor's start within 1.3× of a first use"
+    ),
+)
+"""Cold operations held close to the cold floor, and to each other."""
+
+
+@dataclass(frozen=True)
+class ReferenceTarget:
+    """Ours on ``operation`` at least ``factor`` times faster than a published reference time.
+
+    ``reference_ms`` maps a setting's name to the median ours had on the page of ``source``;
+    judged at every measured setting that has one.
+    """
+
+    operation: str
+    factor: float
+    what: str
+    source: str
+    reference_ms: tuple[tuple[str, float], ...]
+
+    def reference_s(self, setting: Setting) -> float | None:
+        """The reference time at ``setting``, in seconds, or None when the page had none."""
+        for name, ms in self.reference_ms:
+            if name == setting.name:
+                return ms / 1000
+        return None
+
+    def met(self, ours_s: float, reference_s: float) -> bool:
+        """Whether ``ours_s`` is at least ``factor`` times faster than ``reference_s``."""
+        return ours_s * self.factor <= reference_s
+
+
+REFERENCE_TARGETS: Final = (
+    ReferenceTarget(
+        "code_agent_3_steps",
+        1.5,
+        "a 3-step CodeAgent run (new executor)",
+        "the performance page of 2026-12-01",
+        (("0", 419.0), ("20", 496.0), ("20+40", 575.0)),
+    ),
+)
+"""Cold starts measured against what this repository's page showed before they were worked on:
+a new executor started a Python kernel and imported numpy before its first step."""

@@ -18,6 +18,8 @@ from catalogue import (
     LIMIT_TARGETS,
     OPERATIONS,
     PROBES,
+    RATIO_TARGETS,
+    REFERENCE_TARGETS,
     REQUEST_TARGETS,
     SPEED_TARGETS,
     WIN_TARGETS,
@@ -49,6 +51,8 @@ __all__ = [
     "pooled_table",
     "probe_table",
     "ratio",
+    "ratio_lines",
+    "reference_lines",
     "render_page",
     "route_name",
     "routes_table",
@@ -485,6 +489,54 @@ def win_lines(run: Run) -> list[str]:
     return lines
 
 
+def ratio_lines(run: Run) -> list[str]:
+    """One line per ratio target: our operation's wall time against another of ours."""
+    lines = []
+    for target in RATIO_TARGETS:
+        label = operation(target.versus).label
+        measured = [
+            (setting, ours, versus)
+            for setting in run.settings
+            if (ours := run.get(setting, target.operation, OURS)) is not None
+            and (versus := run.get(setting, target.versus, OURS)) is not None
+        ]
+        if not measured:
+            lines.append(f"- ⚪ {target.what} ({label}) — not measured")
+            continue
+        met = all(target.met(ours.seconds, versus.seconds) for _, ours, versus in measured)
+        values = "; ".join(
+            f"{format_limit_ratio(ours.seconds, versus.seconds)} ({format_ms(ours.seconds)} ms "
+            f"vs {format_ms(versus.seconds)} ms) at {setting.name} ms"
+            for setting, ours, versus in measured
+        )
+        lines.append(f"- {'✅' if met else '❌'} {target.what} ({label}) — {values}")
+    return lines
+
+
+def reference_lines(run: Run) -> list[str]:
+    """One line per reference target: ours against the time a published page showed."""
+    lines = []
+    for target in REFERENCE_TARGETS:
+        label = f"{target.what} at least {target.factor:g}× faster than on {target.source}"
+        measured = [
+            (setting, ours, reference)
+            for setting in run.settings
+            if (ours := run.get(setting, target.operation, OURS)) is not None
+            and (reference := target.reference_s(setting)) is not None
+        ]
+        if not measured:
+            lines.append(f"- ⚪ {label} — not measured")
+            continue
+        met = all(target.met(ours.seconds, reference) for _, ours, reference in measured)
+        values = "; ".join(
+            f"{reference / ours.seconds:.1f}× ({format_ms(ours.seconds)} ms vs "
+            f"{format_ms(reference)} ms) at {setting.name} ms"
+            for setting, ours, reference in measured
+        )
+        lines.append(f"- {'✅' if met else '❌'} {label} — {values}")
+    return lines
+
+
 @dataclass(frozen=True)
 class ChartRow:
     """One operation in the chart: median wall ms on each side and of the limit."""
@@ -679,6 +731,8 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
         *acceptance_lines(run),
         *limit_lines(run),
         *win_lines(run),
+        *ratio_lines(run),
+        *reference_lines(run),
     ]
     probes = [(s, probe_table(run, s)) for s in run.settings]
     pooled = [(s, pooled_table(run, s)) for s in run.settings]

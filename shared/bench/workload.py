@@ -711,6 +711,32 @@ class Workload(LifecycleOps):
         prepared.check(prepared.act())
         return prepared
 
+    # ── the cold limit: lizard-sdk's own create and exec, nothing of ours ──
+
+    def _op_sdk_first_use(self) -> Prepared:
+        from lizard import Sandbox
+
+        made: list[Any] = []
+
+        def act() -> object:
+            # As a first use does it, but with lizard-sdk alone: a new connection per request,
+            # the project given by id (lizard_core resolves it once per process), no adapter.
+            made.append(
+                Sandbox.create(
+                    project_id=os.environ["LIZARD_PROJECT_ID"], timeout_ms=COLD_LIFETIME_MS
+                )
+            )
+            return made[0].process.exec_(["true"], timeout_ms=30_000)
+
+        def check(result: object) -> None:
+            _expect(getattr(result, "exit_code", None) == 0, f"`true` failed: {result!r}")
+
+        def finish() -> None:
+            if made:
+                made[0].kill()
+
+        return Prepared(act=act, check=check, finish=finish)
+
     # ── the limit: lizard-sdk's own exec, one kept-alive connection, nothing else ──
 
     def _op_bare_exec(self) -> Prepared:

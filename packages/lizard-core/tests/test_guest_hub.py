@@ -99,6 +99,24 @@ def test_a_later_call_is_served_by_the_hub_as_the_launcher_would_run_it(
     assert lizard_counters.counters()["routes"] == {EXEC: 1}
 
 
+def test_the_launcher_forks_the_hub_which_shows_none_of_the_request(session: Session) -> None:
+    # The first call's request travels in its argv; the hub forked from that call's launcher
+    # must not keep showing it (in ps, to every user) for as long as it lives.
+    first = run_command(session, ["sh", "-c", ": request-marker-a1b2c3"])
+    assert first.exit_code == 0
+    _wait_for_hub(session)
+    seen = _shell(
+        session,
+        f"p={HUB_PID}; tr '\\0' ' ' </proc/$p/cmdline; echo; "
+        # The pattern matches the marker, not itself (nor this script).
+        "grep -l 'request-marker-[a]1b2c3' /proc/[0-9]*/cmdline 2>/dev/null | wc -l",
+    ).split("\n")
+    assert seen[0].strip() == "lizard-hub"  # forked, not started afresh (``... serve``)
+    assert seen[1].strip() == "0"
+    parent, _ = _probe(session)
+    assert _served_by_hub(parent), parent
+
+
 def test_files_and_commands_through_the_hub_give_the_same_results(session: Session) -> None:
     from lizard_core.files import SandboxFiles
 
@@ -505,14 +523,16 @@ def test_thirty_two_calls_at_once_each_get_their_own_result(session: Session) ->
 
 def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) -> None:
     _until_served(session)
-    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose last
-    # argument is ``serve``; its children have the same arguments, but the call id for a name.
+    # Every hub: an orphan named lizard-hub (or python3, as hubs before it were) whose command
+    # line is ``lizard-hub`` (forked by a launcher) or ends with ``serve`` (started afresh); its
+    # children have the same command line, but the call id for a name.
     churn = (
         "n=0; end=$(($(date +%s) + 60)); "
         "while [ $(date +%s) -lt $end ] && [ ! -e /tmp/churn-stop ]; do "
         "for p in $(ps -eo pid=,ppid=,comm= | awk '$2 == 1 && $3 ~ /^(lizard-hub|python3)$/ "
         "{print $1}'); do "
-        "[ \"$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | tail -n 1)\" = serve ] && "
+        "a=$(tr '\\0' '\\n' </proc/$p/cmdline 2>/dev/null | grep -v '^$' | tail -n 1); "
+        '{ [ "$a" = serve ] || [ "$a" = lizard-hub ]; } && '
         "kill -9 $p 2>/dev/null && n=$((n + 1)); done; "
         'rm -rf "$HOME"/.cache/lizard-hub-* /tmp/.lizard-hub-*; echo $n > /tmp/churn-n; '
         "sleep 0.03; done; echo $n"
@@ -563,6 +583,47 @@ def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path
         argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
         done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
         assert (done.returncode, done.stdout) == (4, b"ran\n")
+    finally:
+        hub.kill()
+        hub.wait()
+        for path in directory.glob("hub.*"):  # the hub the launcher started
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(path.name.split(".")[1]), 9)
+
+
+def test_a_hub_lost_between_the_relays_check_and_its_open_of_wait_means_the_launcher(
+    tmp_path: Path,
+) -> None:
+    """The relay checked a live hub, then the hub went: no hang, the launcher runs the program.
+
+    Deterministic: the stand-in passes every check the relay makes of a hub, but what the relay
+    opens next is in the state the hub's death leaves it: ``wait`` has no writer. A relay that
+    blocked opening it stalled the host until its deadline (and one that opened it by path in a
+    directory removed meanwhile exited 2 with no output); this relay opens nothing by path after
+    its check, and nothing it opens can block.
+    """
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        # No fd 11: the write end of ``wait`` is gone, as it is once the hub has died.
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print('ready', flush=True)\n"
+        "os.read(3, 64)\n"
+    )
+    key = _guest_relay.hub_key()
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE)
+    try:
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == b"ready\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=30)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
+        assert hub.poll() is None  # it was there all along: only ``wait`` was lost
     finally:
         hub.kill()
         hub.wait()
@@ -703,6 +764,28 @@ def test_a_hub_named_in_a_shared_home_by_another_user_is_not_used(
     assert planted.stdout == b"planted\n", planted
     code, out, _ = _relay(session, _WHO, ["shared-home-call-id"], prefix="export HOME=/tmp;")
     assert (code, out) == (0, "launcher\n")
+
+
+def test_the_relay_checks_and_opens_one_process_through_one_descriptor() -> None:
+    # /proc/<pid> is opened once; the stat the checks read and both pipes are reached through
+    # that descriptor, which keeps naming the hub it was opened on (a pid reused since cannot
+    # answer through it). Reaching them by /proc/<pid>/... paths would reopen the pid each time.
+    relay = _guest_relay.RELAY
+    assert relay.count("/proc/$p") == 1
+    assert '8<"/proc/$p"' in relay
+    for reached in ("/proc/self/fd/8/stat", "/proc/self/fd/8/fd/11", "/proc/self/fd/8/fd/3"):
+        assert reached in relay
+    # Neither the launcher nor anything the hub's child takes over keeps it.
+    assert relay.count("8<&-") == 3
+    # What that rests on: once its process is gone, a held /proc/<pid> reads nothing, so it
+    # can never show the process that takes the pid next.
+    script = (
+        "sleep 30 & p=$!; exec 8</proc/$p; read -r l </proc/self/fd/8/stat && echo before; "
+        "kill -9 $p; wait $p; { read -r l </proc/self/fd/8/stat && echo after; } 2>/dev/null; "
+        "echo done"
+    )
+    done = subprocess.run(["sh", "-c", script], capture_output=True, timeout=30)
+    assert done.stdout == b"before\ndone\n"
 
 
 def test_a_process_whose_name_forges_the_start_time_is_not_a_hub(tmp_path: Path) -> None:

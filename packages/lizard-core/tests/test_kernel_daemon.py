@@ -34,7 +34,7 @@ LINE_SPLIT = 64 * 1024
 
 
 def _daemon_source() -> tuple[str, str]:
-    text = source("kernel_daemon").encode()
+    text = program("kernel_daemon").encode()
     import zlib
 
     return hashlib.sha256(text).hexdigest()[:16], base64.b64encode(zlib.compress(text)).decode()
@@ -629,6 +629,64 @@ def test_need_source_when_the_daemon_file_is_missing(kernel: GuestKernel) -> Non
     assert frames[-1]["need_source"] is True
 
 
+def _other_daemon(text: str) -> dict[str, str]:
+    import zlib
+
+    sha = hashlib.sha256(text.encode()).hexdigest()[:16]
+    return {"daemon_sha": sha, "daemon": base64.b64encode(zlib.compress(text.encode())).decode()}
+
+
+def test_a_daemon_that_exits_while_starting_is_reported_at_once(kernel: GuestKernel) -> None:
+    started = time.monotonic()
+    frames = kernel.request(
+        "execute",
+        {"op": "execute", "code": "1"},
+        **_other_daemon("import sys\nsys.stderr.write('broken here\\n')\nsys.exit(3)\n"),
+    )
+    error = frames[-1]["error"]
+    assert error["name"] == "KernelUnavailable"
+    assert "exited while starting (code 3)" in error["message"]
+    assert "broken here" in error["message"]
+    assert time.monotonic() - started < 30  # told by the ready pair's end, not a start timeout
+
+
+def test_a_daemon_that_never_listens_is_stopped_at_the_start_timeout(kernel: GuestKernel) -> None:
+    frames = kernel.request(
+        "execute",
+        {"op": "execute", "code": "1"},
+        start_timeout=1,
+        **_other_daemon("import time\ntime.sleep(120)\n"),
+    )
+    error = frames[-1]["error"]
+    assert error["name"] == "KernelUnavailable"
+    assert "did not start in time" in error["message"]
+    pid = kernel.daemon_pid()
+    assert not _alive(pid)
+
+
+def test_the_daemon_keeps_no_descriptor_of_its_start(kernel: GuestKernel) -> None:
+    # Its only sockets are the listener and the connection of this call, both named by the
+    # socket's path; the unnamed end of the pair it said "ready" on is closed.
+    out = kernel.execute(
+        "import os, socket, sys\n"
+        "names = []\n"
+        "for fd in sorted(int(f) for f in os.listdir('/proc/self/fd')):\n"
+        "    try:\n"
+        "        target = os.readlink('/proc/self/fd/%d' % fd)\n"
+        "    except FileNotFoundError:\n"
+        "        continue  # the listing's own descriptor\n"
+        "    if target.startswith('socket:'):\n"
+        "        s = socket.socket(fileno=os.dup(fd))\n"
+        "        names.append(s.getsockname())\n"
+        "        s.close()\n"
+        "print(len(sys.argv), names)"
+    )
+    assert out.error is None
+    # Bound as sock.<pid>, then renamed into place: the name the address keeps.
+    bound = f"{kernel.directory / 'sock'}.{kernel.daemon_pid()}"
+    assert out.stdout.strip() == f"3 {[bound, bound]}"
+
+
 # -- the private directory ------------------------------------------------------------------------
 
 
@@ -772,6 +830,6 @@ def test_the_kernel_runs_under_the_oldest_local_python(old_python: str, short_tm
 def test_guest_programs_are_python_3_8_syntax(name: str) -> None:
     import ast
 
-    # Both the readable source (the daemon file) and the compact form (the client's argv).
+    # Both the readable source and the compact form (what travels and what the daemon file holds).
     ast.parse(source(name), feature_version=(3, 8))
     ast.parse(program(name), feature_version=(3, 8))

@@ -101,6 +101,22 @@ def test_final_answer_returns_a_pil_image(run_agent: RunAgent, third_party: str)
     assert image.convert("RGB").getpixel((0, 0)) == (255, 0, 0)
 
 
+def test_defining_final_answer_imports_neither_numpy_nor_pil(
+    run_agent: RunAgent, third_party: str
+) -> None:
+    # The patched tool imports them itself when an answer holds an array or an image; importing
+    # them up front (numpy takes 150 ms and more) would only slow every executor's start.
+    _, result = run_agent(
+        code(
+            third_party
+            + "import sys\nfinal_answer([m for m in ('numpy', 'PIL') if m in sys.modules])"
+        )
+    )
+    assert result == []
+    _, array = run_agent(code(third_party + "import numpy as np\nfinal_answer(np.arange(3))"))
+    assert array.tolist() == [0, 1, 2]
+
+
 def test_large_final_answers_come_back_whole(run_agent: RunAgent, third_party: str) -> None:
     _, text = run_agent(code("final_answer('x' * 300_000)"))
     assert text == "x" * 300_000

@@ -42,7 +42,7 @@ RELAY: Final = """\
 h=${HOME:-/root} e=0 i= r= p=
 d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
-trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-' USR2
+trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-' USR2
 trap 'i=1 r=1' 44
 trap 'i=1 e=$((e|1))' 35
 trap 'i=1 e=$((e|2))' 36
@@ -58,16 +58,18 @@ for f in "$d"/hub.*; do p=${f##*/hub.}; done
 t=${p#*.} p=${p%%.*}
 if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   [ ! -h "$d" ] && [ -O "$f" ] && [ ! -h "$f" ] &&
-  { read -r l <"/proc/$p/stat"; } 2>/dev/null && case $l in
+  { command exec 8<"/proc/$p"; } 2>/dev/null &&
+  { read -r l </proc/self/fd/8/stat; } 2>/dev/null && case $l in
     "$p (lizard-hub) "*")"*) false;; "$p (lizard-hub) "*) k ${l#*) };; *) false;; esac &&
   [ "$x" = "$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
-  { command exec 4>&1 6<&0 7<>"/proc/$p/fd/11" 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
-  printf '%s\\n' "$$" 2>/dev/null 3<>"/proc/$p/fd/3" >&3
+  { command exec 4>&1 6<&0 7<>/proc/self/fd/8/fd/11 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
+  printf '%s\\n' "$$" 2>/dev/null 3<>/proc/self/fd/8/fd/3 >&3
 then
+  exec 8<&-
   while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
   [ -z "$r" ] || exit 70
 fi
-exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&-
+exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
 """POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
 ``hub.<pid>.<start time>`` in the user's private directory names (the directory and the file
@@ -77,7 +79,10 @@ read once and whole (a name of exactly ``lizard-hub``: one with spaces and a par
 shift the fields after it, so that another could pass for the start time)
 (alive, not stopped, named ``lizard-hub``, started then); the relay reaches it only through
 ``/proc/<pid>/fd``: it opens the hub's ``wait`` pipe (fd 11, which nobody writes), writes its pid
-to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. The hub's child ends it with signals:
+to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. It opens ``/proc/<pid>`` once (fd
+8) and reads the stat and opens both pipes through that descriptor, which names one process for
+good: a pid reused after the check would leave it naming the dead hub, so the checks and the
+opens are of the same process. The hub's child ends it with signals:
 ``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
 it), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
 started. ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the

@@ -47,7 +47,7 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from lizard_core._guest import source
+from lizard_core._guest import program
 from lizard_core._kernel_frames import check_end
 from lizard_core._kernel_results import (
     OUTPUT_CUT_MARKER,
@@ -109,8 +109,8 @@ _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 @functools.cache
 def _daemon_payload() -> tuple[str, str]:
-    """(version, zlib+base64 source) of the guest daemon."""
-    text = source("kernel_daemon").encode("utf-8")
+    """(version, zlib+base64 program) of the guest daemon: its compact form, quicker to start."""
+    text = program("kernel_daemon").encode("utf-8")
     return hashlib.sha256(text).hexdigest()[:16], base64.b64encode(zlib.compress(text, 9)).decode()
 
 

@@ -66,7 +66,7 @@ from smolagents_lizard._final_answer import (
     OPTIONAL_MODULES,
     FinalAnswerError,
     decode_final_answer,
-    guard_optional_imports,
+    drop_optional_imports,
 )
 from smolagents_lizard._live_log import LiveLog
 from smolagents_lizard._outputs import (
@@ -362,13 +362,13 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             name: set(tool.to_dict()["requirements"]) - {"smolagents"}
             for name, tool in tools.items()
         }
-        # What only final_answer needs is optional there (see guard_optional_imports).
+        # What only final_answer needs is optional there (see drop_optional_imports).
         others = set().union(*(reqs for name, reqs in needs.items() if name != "final_answer"))
         optional = (OPTIONAL_MODULES & needs.get("final_answer", set())) - others
         wanted = requirements(sorted(set().union(*needs.values()) - optional))
         # One check (and at most one pip run) for the constructor's packages and the tools'.
         self._install_pending([req for req in wanted if req not in self.installed_packages])
-        code = guard_optional_imports(get_tools_definition_code(tools), optional)
+        code = drop_optional_imports(get_tools_definition_code(tools), optional)
         self._run_setup(code, "defining the tools")
         self._tools_code = code
 

@@ -7,8 +7,9 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
 - **Launcher** (what the relay runs when no hub answers): ``python3 -I -S -c BOOT <key> <hub>
   <program> <args>...`` (``BOOT`` unpacks and runs this program) runs ``<program>`` in this
   process exactly as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``,
-  exit code), then, its output closed, starts a hub for ``key`` unless one runs or the sandbox
-  cannot host one.
+  exit code). Unless a hub runs for ``key`` or the sandbox cannot host one, it first forks the
+  hub (:func:`fork_hub`), which waits until the program is done and its output closed: the
+  same interpreter, so no Python start-up, and ready a few milliseconds after the call.
 - **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``, named ``lizard-hub``): one per sandbox,
   user and ``key`` (the hash of this program and the relay), in the user's private directory
   ``$HOME/.cache/lizard-hub-<key>`` (:func:`private_dir`: ``HOME`` and every directory below it
@@ -162,44 +163,154 @@ def hub_pid(directory: int) -> int:
 
 
 def launch() -> None:
-    """Run the program in this process, then start a hub when none runs."""
-    key, hub, program = sys.argv[1], sys.argv[2], sys.argv[3]
-    status = run_main(unpack(program.encode("ascii")), ["-c"] + sys.argv[4:])
-    # The hub starts once the program is done and its output closed, so that its own start-up
-    # (a Python start and its imports) does not compete with this operation for the CPU.
+    """Run the program in this process; fork a hub for later calls when none runs."""
+    key = sys.argv[1]
+    program = sys.argv[3].encode("ascii")
+    code = unpack(program)
+    forked = 0
+    try:
+        forked = fork_hub(key, sys.argv[2], {program: code})
+    except OSError:
+        pass  # no hub: later operations run here too, as before
+    del program
+    status = run_main(code, ["-c"] + sys.argv[4:])
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    directory = private_dir(key, create=True)
-    if directory >= 0 and not hub_pid(directory):
+    if forked:
         try:
-            spawn_hub(key, hub)
+            os.waitpid(forked, 0)  # the go-between, long gone (not awaited before the program)
         except OSError:
-            pass  # no hub: later operations run here too, as before
-    os._exit(status)
+            pass
+    os._exit(status)  # the hub waiting for this process starts now
 
 
-def spawn_hub(key: str, hub: str) -> None:
-    """Start ``serve`` detached: its own session, stdio on /dev/null, no other descriptors."""
+def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
+    """Fork the hub now; it waits, detached, until this process has exited.
+
+    Returns the pid of the go-between that detaches the hub, to reap once the program is done
+    (waiting for it now would put a scheduling round trip on the call); this process keeps no
+    descriptor of the hub's, so the program sees exactly what ``python3 -c`` would. The hub
+    exits at once where the user's hub directory is not private (:func:`private_dir`) or a hub
+    runs already.
+
+    Forked before the program runs, it holds nothing of the program's (no thread, no handler,
+    no module state): only this interpreter, started as the hub's own would be (``python3 -I -S
+    -c BOOT``), with the hub program loaded. So it costs no Python start-up and no compile, which
+    take longer than the operation; and it waits for the program to end (and its output to
+    close) before it takes requests. Only where this process may use more than one CPU does it
+    import what its children use meanwhile (:func:`preload`), on a CPU the operation leaves
+    idle. ``codes`` (the program, compiled) serve the next call of the same program. Where its
+    command line (the call's request) cannot be blanked, it starts a fresh hub instead.
+    """
+    launcher = os.getpid()
     pid = os.fork()
     if pid:
-        os.waitpid(pid, 0)
-        return
+        return pid
     try:
+        # Opened while the launcher surely lives (it reaps this process before it exits), so
+        # both name it and no other process that might take its pid later.
+        proc = os.open("/proc/%d" % launcher, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        pidfd = open_pidfd(launcher)
         os.setsid()
         if os.fork():
             os._exit(0)
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        close_from(3)
+        close_from(3, (proc, pidfd))
+        # Here rather than before the fork, off the call's path: whether this sandbox can host
+        # a hub for this user and none runs yet.
+        directory = private_dir(key, create=True)
+        if directory < 0:
+            os._exit(0)
+        running = hub_pid(directory)
+        os.close(directory)
+        if running:
+            os._exit(0)
         os.chdir("/")
-        with open("/proc/self/cmdline", "rb") as f:
-            boot = f.read().split(b"\0")[4]  # this process's own ``-c`` program
-        python = sys.executable.encode()
-        os.execv(python, [python, b"-I", b"-S", b"-c", boot, key.encode(), hub.encode(), b"serve"])
+        blank = blank_command_line()
+        if blank and len(getattr(os, "sched_getaffinity", lambda _: ())(0)) > 1:
+            preload()
+        wait_for_exit(proc, pidfd)
+        if blank:
+            sys.argv = ["-c", key, "serve"]  # the call's request, freed
+            resident = Hub(key)
+            resident.codes.update(codes)
+            if resident.claim():
+                resident.serve()
+        else:
+            exec_hub(key, hub)
     finally:
-        os._exit(127)
+        os._exit(0)
+
+
+def wait_for_exit(proc: int, pidfd: int) -> None:
+    """Return once the process of ``proc`` (a ``/proc/<pid>`` descriptor) has exited.
+
+    Through its pidfd where there is one (readable once it exits); else by looking every few
+    milliseconds (its stat says ``Z`` once it exited, and reads nothing once it is reaped).
+    """
+    import select
+    import time
+
+    if pidfd >= 0:
+        while not select.select([pidfd], [], [], 5.0)[0]:
+            pass
+        os.close(pidfd)
+    else:
+        while True:
+            try:
+                if read_at(proc, "stat").rsplit(b")", 1)[1].split()[0] == b"Z":
+                    break  # exited, not yet reaped
+            except (OSError, IndexError):
+                break
+            time.sleep(0.005)
+    os.close(proc)
+
+
+def blank_command_line() -> bool:
+    """Overwrite this process's command line with ``lizard-hub``; False where it cannot.
+
+    A hub forked from a launcher would otherwise show the call's request in ``ps`` for as long
+    as it lives, and so would every child it forks. The kernel reads the command line from the
+    process's own memory (``arg_start`` to ``arg_end`` in ``/proc/<pid>/stat``), which the
+    process may write through ``/proc/self/mem``; ``sys.argv`` is a copy and stays.
+    """
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])
+        text = HUB_NAME.encode() + b"\0"
+        if end - start < len(text):
+            return False
+        mem = os.open("/proc/self/mem", os.O_RDWR | os.O_CLOEXEC)
+        try:
+            os.pwrite(mem, text + bytes(end - start - len(text)), start)
+        finally:
+            os.close(mem)
+        with open("/proc/self/cmdline", "rb") as f:
+            return f.read(len(text) + 1).rstrip(b"\0") == HUB_NAME.encode()
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def preload() -> None:
+    """Import what the guest programs import, and look up ``syscall``: once, for every child."""
+    for module in PRELOAD:
+        try:
+            __import__(module)
+        except ImportError:
+            pass
+    syscall()
+
+
+def exec_hub(key: str, hub: str) -> None:
+    """Become a fresh hub: ``python3 -I -S -c BOOT <key> <hub> serve``."""
+    with open("/proc/self/cmdline", "rb") as f:
+        boot = f.read().split(b"\0")[4]  # this process's own ``-c`` program
+    python = sys.executable.encode()
+    os.execv(python, [python, b"-I", b"-S", b"-c", boot, key.encode(), hub.encode(), b"serve"])
 
 
 # ── hub ──────────────────────────────────────────────────────────────────
@@ -293,18 +404,13 @@ class Hub:
         import signal
         import time
 
-        for module in PRELOAD:
-            try:
-                __import__(module)
-            except ImportError:
-                pass
+        preload()
         wake_r, wake_w = os.pipe()
         for fd in (wake_r, wake_w):
             os.set_blocking(fd, False)
             os.set_inheritable(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(wake_w)
-        syscall()  # looked up once here, inherited by every child
         gc.collect()
         self.fork_spare()
         last = time.monotonic()

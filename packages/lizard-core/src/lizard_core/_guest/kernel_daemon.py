@@ -3,10 +3,13 @@
 Its parts (``_daemon_state``, ``_daemon_values``, ``_daemon_output``, ``_prelude``) are bundled
 into this one program by ``lizard_core._guest.source``; :class:`Interpreter` runs the cells.
 
-Standard library only, Python 3.8+. ``kernel_client`` starts it as ``python3 <this file> DIR CWD``,
-detached (own session and process group, stdin from /dev/null, stdout and stderr to
+Standard library only, Python 3.8+. ``kernel_client`` starts it as ``python3 <this file> DIR CWD
+READY``, detached (own session and process group, stdin from /dev/null, stdout and stderr to
 ``DIR/daemon.log``), and talks to it through ``DIR/sock``; DIR is a 0700 directory that the client
-has created and checked.
+has created and checked. READY is a descriptor the daemon writes one byte to once it listens,
+then closes (and drops from ``sys.argv``), so the client waits without polling. The file holds
+the compact form of this program (``lizard_core._guest.program``): no docstrings or annotations
+to compile, no ``typing`` to import.
 
 Contract with the client:
 
@@ -524,6 +527,9 @@ def handle(kernel: Interpreter, conn: socket.socket, log: DaemonLog) -> None:
 
 def main() -> None:
     directory = sys.argv[1]
+    # The client's end of a pair it waits on (see ``kernel_client``): told once we listen. Taken
+    # out of argv now, so cells see the arguments the daemon always had.
+    ready = int(sys.argv.pop(3)) if len(sys.argv) > 3 else -1
     log = DaemonLog(os.dup(2))
     os.chdir(sys.argv[2] if len(sys.argv) > 2 and sys.argv[2] else os.getcwd())
     # Modules in the working directory import, as in IPython.
@@ -569,6 +575,12 @@ def main() -> None:
     listener.listen(16)
     # Renamed into place only once listening, so a client that finds the path can connect.
     os.rename(tmp, path)
+    if ready >= 0:
+        try:
+            os.write(ready, b"1")
+        except OSError:
+            pass  # the client gave up: it finds the socket on its next call
+        os.close(ready)
     log.write(
         (
             "kernel %s listening, pid %d, python %s\n"
