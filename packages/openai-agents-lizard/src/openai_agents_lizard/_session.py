@@ -81,7 +81,7 @@ __all__ = ["HYDRATE_MEMBERS", "LizardSandboxSession"]
 
 HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
-(the host keeps each header read, about 1 KiB)."""
+(the host keeps no header, only the names of symlinks)."""
 # The SDK's resolver's exit codes: the path escapes every root, a grant resolves to "/", the
 # path is under a read-only grant.
 _ESCAPED, _ROOT_GRANT, _READ_ONLY = 111, 113, 114
