@@ -69,6 +69,7 @@ async def test_a_missing_directory_is_an_archive_command_error(module_session: A
         ("dotdot", "parent directory reference"),
         ("absolute", "absolute path"),
         ("under-symlink", "under a symlink"),
+        ("dot-symlink", "a symlink in place of the directory itself"),
         ("hardlink", "hard link"),
         ("device", "device, FIFO or other special file"),
         ("many", "too many members"),
@@ -86,6 +87,9 @@ async def test_a_hostile_tar_is_refused_before_anything_is_unpacked(
         elif kind == "under-symlink":
             member("inner", type=tarfile.SYMTYPE, linkname="..")
             member("./inner/escaped.txt")
+        elif kind == "dot-symlink":
+            member(".", type=tarfile.SYMTYPE, linkname="/tmp")
+            member("./escaped.txt")
         elif kind == "hardlink":
             member("escaped-hard", type=tarfile.LNKTYPE, linkname="/etc/passwd")
         elif kind == "device":

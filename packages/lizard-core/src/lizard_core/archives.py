@@ -11,11 +11,11 @@ lizard-local):
 - :func:`check_archive` reads the headers one at a time, keeping none, and refuses, with
   :class:`~lizard_core.errors.UnsafeArchiveError` (a ``ValueError``): anything but an
   uncompressed tar, absolute names, ``..``, names over :data:`MAX_NAME` bytes, hard links,
-  devices and FIFOs, any member under a symlink member, more than ``max_members`` members, and
-  a member whose headers (pax records, GNU long names, sparse maps: read into memory) pass
-  :data:`HEADER_BYTES`. The host's memory and time are linear in the members, never in the
-  bytes a header claims. A symlink pointing out stays a link (a virtualenv has them); what
-  follows it is for the reader to resolve.
+  devices and FIFOs, a symlink named ``.``, any member under a symlink member, more than
+  ``max_members`` members, and a member whose headers (pax records, GNU long names, sparse
+  maps: read into memory) pass :data:`HEADER_BYTES`. The host's memory and time are linear in
+  the members, never in the bytes a header claims. A symlink pointing out stays a link (a
+  virtualenv has them); what follows it is for the reader to resolve.
 - :func:`aunpack_archive` checks the archive on the host first, so nothing of a refused one is
   extracted, then uploads it in pieces and unpacks it under the directory (created if missing).
 - ``tar`` failing in the sandbox is :class:`~lizard_core.errors.ArchiveCommandError`; the
@@ -138,7 +138,9 @@ def _check_member(member: tarfile.TarInfo, links: dict[str, Any]) -> None:
         if child is _SYMLINK:
             raise UnsafeArchiveError(name, "under a symlink")
         node = child
-    if member.issym() and parts:
+    if member.issym() and not parts:
+        raise UnsafeArchiveError(name, "a symlink in place of the directory itself")
+    if member.issym():
         node = links
         for part in parts[:-1]:
             child = node.setdefault(part, {})
