@@ -7,12 +7,14 @@ import asyncio
 import logging
 import traceback
 from pathlib import Path
+from typing import Any
 
 import lifecycle
 import pytest
 from agents.sandbox.entries import File
 from agents.sandbox.errors import WorkspaceStopError
 from agents.sandbox.manifest import Manifest
+from agents.sandbox.session import pty_types
 from agents.sandbox.snapshot import LocalSnapshotSpec
 from lifecycle import OPTIONS
 
@@ -151,5 +153,34 @@ async def test_stop_ends_every_pty_process_and_its_daemon(
                 break
             await asyncio.sleep(0.1)
         assert not pids_carrying(token)
+    finally:
+        await client.delete(session)
+
+
+async def test_a_zero_yield_time_is_the_sdks_shortest_wait_not_the_default(
+    client: LizardSandboxClient, lizard_local: LocalServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session = await client.create(options=OPTIONS)
+    try:
+        await session.start()
+        table = session._inner._ptys  # type: ignore[attr-defined]
+        waits: list[float] = []
+        start, feed = table.astart, table.afeed
+
+        async def recorded_start(*args: Any, wait: float, **kwargs: Any) -> Any:
+            waits.append(wait)
+            return await start(*args, wait=wait, **kwargs)
+
+        async def recorded_feed(*args: Any, wait: float, **kwargs: Any) -> Any:
+            waits.append(wait)
+            return await feed(*args, wait=wait, **kwargs)
+
+        monkeypatch.setattr(table, "astart", recorded_start)
+        monkeypatch.setattr(table, "afeed", recorded_feed)
+        started = await session.pty_exec_start("cat", yield_time_s=0)
+        assert started.process_id is not None
+        await session.pty_write_stdin(session_id=started.process_id, chars="x\n", yield_time_s=0)
+        shortest = pty_types.PTY_YIELD_TIME_MS_MIN / 1000
+        assert waits == [shortest, shortest]
     finally:
         await client.delete(session)
