@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gzip
 import io
 import tarfile
+import tempfile
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -66,6 +69,7 @@ async def test_a_missing_directory_is_an_archive_command_error(module_session: A
         ("dotdot", "parent directory reference"),
         ("absolute", "absolute path"),
         ("under-symlink", "under a symlink"),
+        ("dot-symlink", "a symlink in place of the directory itself"),
         ("hardlink", "hard link"),
         ("device", "device, FIFO or other special file"),
         ("many", "too many members"),
@@ -83,6 +87,9 @@ async def test_a_hostile_tar_is_refused_before_anything_is_unpacked(
         elif kind == "under-symlink":
             member("inner", type=tarfile.SYMTYPE, linkname="..")
             member("./inner/escaped.txt")
+        elif kind == "dot-symlink":
+            member(".", type=tarfile.SYMTYPE, linkname="/tmp")
+            member("./escaped.txt")
         elif kind == "hardlink":
             member("escaped-hard", type=tarfile.LNKTYPE, linkname="/etc/passwd")
         elif kind == "device":
@@ -97,6 +104,65 @@ async def test_a_hostile_tar_is_refused_before_anything_is_unpacked(
     assert caught.value.reason.startswith(reason)
     found = await arun_command(module_session, ["ls", "-A", scratch])
     assert found.exit_code != 0  # not even the directory was made
+
+
+def _pax_bomb(claimed: int) -> tempfile.TemporaryFile[bytes]:
+    """A pax header that claims ``claimed`` bytes of records (sparse on disk)."""
+    spool = tempfile.TemporaryFile()  # noqa: SIM115  # returned
+    header = tarfile.TarInfo("././@PaxHeader")
+    header.type, header.size = tarfile.XHDTYPE, claimed
+    spool.write(header.tobuf(format=tarfile.USTAR_FORMAT))
+    spool.seek(512 + claimed - 1)
+    spool.write(b"\0" + b"\0" * 1024)
+    spool.seek(0)
+    return spool
+
+
+@pytest.mark.parametrize(
+    ("make", "reason"),
+    [
+        (lambda: _pax_bomb(64 * 1024 * 1024), "a member's headers pass"),
+        (lambda: _tar(lambda member: member("a/" * 2100 + "f")), "name over"),
+        (lambda: io.BytesIO(gzip.compress(_tar(lambda m: m("ok")).read())), "not a readable"),
+        (
+            lambda: _tar(
+                lambda member: (
+                    member("d/link", type=tarfile.SYMTYPE, linkname="/etc"),
+                    member("d/other"),
+                    member("d/link/passwd"),
+                )
+            ),
+            "under a symlink",
+        ),
+    ],
+    ids=["pax-bomb", "long-name", "gzip", "symlink-then-file"],
+)
+def test_what_a_header_claims_never_sizes_the_hosts_memory(make: Any, reason: str) -> None:
+    archive = make()
+    tracemalloc.start()
+    try:
+        with pytest.raises(UnsafeArchiveError) as caught:
+            check_archive(archive)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.reason.startswith(reason)
+    assert peak < 4 * 1024 * 1024
+
+
+def test_checking_keeps_no_header_of_the_members() -> None:
+    with tempfile.TemporaryFile() as archive:
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            for index in range(20_000):
+                tar.addfile(tarfile.TarInfo(f"d/{index:08d}-{'x' * 80}"))
+        archive.seek(0)
+        tracemalloc.start()
+        try:
+            check_archive(archive)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+    assert peak < 2 * 1024 * 1024  # kept, the headers took about 1 KiB each: 20 MiB
 
 
 def test_check_archive_rewinds_a_safe_tar() -> None:

@@ -115,6 +115,31 @@ async def test_a_stop_that_overtakes_its_start_leaves_nothing_running(
 
 
 @pytest.mark.parametrize(
+    "command",
+    [
+        # Output past the backlog, unread: the daemon no longer reads the process.
+        "yes interactive-chatty",
+        # A process in its own session keeps the output pipe open after the group is killed.
+        "setsid sleep 30 & printf ready; sleep 600",
+    ],
+    ids=["unread-backlog", "pipe-held-open"],
+)
+async def test_a_stop_ends_the_daemon_too(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    monkeypatch.setattr(interactive, "BACKLOG", 64 * 1024)
+    process, _ = await astart_interactive(module_session, ["sh", "-c", command], wait=1.5)
+    folder = process._directory  # only the daemon (and its request) carries it
+    assert pids_carrying(folder)
+    await process.aterminate()
+    for _ in range(50):
+        if not pids_carrying(folder):
+            break
+        await asyncio.sleep(0.1)
+    assert not pids_carrying(folder)
+
+
+@pytest.mark.parametrize(
     "answer",
     [
         """b'{"read": 3000000, "exit": null}\\n' + b"x" * 3000000""",  # past the budget

@@ -8,11 +8,14 @@ lizard-local):
   (``./...``), leaving out ``exclude`` (relative paths, no wildcards), and streams the archive
   to the host in :data:`~lizard_core.files.CHUNK_SIZE` pieces: the host holds at most a piece
   plus ``spool_memory`` bytes (a temporary file past that). Two requests plus one per piece.
-- :func:`check_archive` reads the headers lazily and refuses, with
-  :class:`~lizard_core.errors.UnsafeArchiveError` (a ``ValueError``): absolute names, ``..``,
-  hard links, devices and FIFOs, any member under a symlink member, and more than
-  ``max_members`` members (the host keeps each header read, about 1 KiB). A symlink pointing
-  out stays a link (a virtualenv has them); what follows it is for the reader to resolve.
+- :func:`check_archive` reads the headers one at a time, keeping none, and refuses, with
+  :class:`~lizard_core.errors.UnsafeArchiveError` (a ``ValueError``): anything but an
+  uncompressed tar, absolute names, ``..``, names over :data:`MAX_NAME` bytes, hard links,
+  devices and FIFOs, a symlink named ``.``, any member under a symlink member, more than
+  ``max_members`` members, and a member whose headers (pax records, GNU long names, sparse
+  maps: read into memory) pass :data:`HEADER_BYTES`. The host's memory and time are linear in
+  the members, never in the bytes a header claims. A symlink pointing out stays a link (a
+  virtualenv has them); what follows it is for the reader to resolve.
 - :func:`aunpack_archive` checks the archive on the host first, so nothing of a refused one is
   extracted, then uploads it in pieces and unpacks it under the directory (created if missing).
 - ``tar`` failing in the sandbox is :class:`~lizard_core.errors.ArchiveCommandError`; the
@@ -27,7 +30,7 @@ import tarfile
 import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
-from typing import IO, Final
+from typing import IO, Any, Final
 
 from lizard_core.commands import arun_command
 from lizard_core.errors import ArchiveCommandError, LizardIntegrationError, UnsafeArchiveError
@@ -35,7 +38,9 @@ from lizard_core.files import CHUNK_SIZE, SandboxFiles
 from lizard_core.session import Session
 
 __all__ = [
+    "HEADER_BYTES",
     "MAX_MEMBERS",
+    "MAX_NAME",
     "SPOOL_MEMORY",
     "apack_directory",
     "aunpack_archive",
@@ -47,6 +52,12 @@ SPOOL_MEMORY: Final = 8 * 1024 * 1024
 """Bytes of an archive held in memory before it spills to a temporary file."""
 MAX_MEMBERS: Final = 500_000
 """Most members :func:`check_archive` accepts by default."""
+HEADER_BYTES: Final = 1024 * 1024
+"""Most bytes of headers one member may have: ``tarfile`` reads a pax or GNU long-name header
+whole, so a sandbox could otherwise make the host allocate what it likes."""
+_SYMLINK: Final[dict[str, Any]] = {}  # the mark of a symlink in check_archive's tree
+MAX_NAME: Final = 4096
+"""Longest member name accepted, in bytes (Linux's ``PATH_MAX``)."""
 
 
 def iter_chunks(stream: IO[bytes] | IO[str]) -> Iterator[bytes]:
@@ -58,20 +69,58 @@ def iter_chunks(stream: IO[bytes] | IO[str]) -> Iterator[bytes]:
 def check_archive(fileobj: IO[bytes], *, max_members: int = MAX_MEMBERS) -> None:
     """Refuse an unsafe tar (see the module docstring); rewind ``fileobj`` when it passes."""
     start = fileobj.tell()
-    links: list[str] = []
+    links: dict[str, Any] = {}  # name -> its children's tree, or _SYMLINK
+    budget = _HeaderBudget(fileobj)
     try:
-        with tarfile.open(fileobj=fileobj, mode="r:*") as tar:
-            for count, member in enumerate(tar, start=1):
+        # "r:": uncompressed only (what apack_directory makes): a compressed one would be
+        # checked after decompression, at a cost its size does not show.
+        with tarfile.open(fileobj=budget, mode="r:") as tar:  # type: ignore[call-overload]
+            count = 0
+            member = tar.firstmember
+            while member is not None:
+                count += 1
                 if count > max_members:
                     raise UnsafeArchiveError("<tar>", "too many members")
                 _check_member(member, links)
+                tar.members.clear()  # tarfile keeps every header read: keep none
+                budget.reset()
+                member = tar.next()
     except tarfile.TarError as error:
         raise UnsafeArchiveError("<tar>", f"not a readable tar: {error}") from error
     fileobj.seek(start)
 
 
-def _check_member(member: tarfile.TarInfo, links: list[str]) -> None:
+class _HeaderBudget:
+    """The archive for ``tarfile``, refusing to read more than :data:`HEADER_BYTES` per member.
+
+    ``tarfile`` skips member data by seeking, so what it reads are headers.
+    """
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self._raw = raw
+        self._left = HEADER_BYTES
+
+    def reset(self) -> None:
+        self._left = HEADER_BYTES
+
+    def read(self, size: int = -1) -> bytes:
+        if size < 0 or size > self._left:
+            raise UnsafeArchiveError("<tar>", f"a member's headers pass {HEADER_BYTES} bytes")
+        data = self._raw.read(size)
+        self._left -= len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        return self._raw.seek(offset, whence)
+
+    def tell(self) -> int:
+        return self._raw.tell()
+
+
+def _check_member(member: tarfile.TarInfo, links: dict[str, Any]) -> None:
     name = member.name
+    if len(name.encode("utf-8", errors="surrogateescape")) > MAX_NAME:
+        raise UnsafeArchiveError(name[:200], f"name over {MAX_NAME} bytes")
     if name.startswith("/") or posixpath.isabs(name):
         raise UnsafeArchiveError(name, "absolute path")
     parts = [part for part in name.split("/") if part not in ("", ".")]
@@ -81,11 +130,24 @@ def _check_member(member: tarfile.TarInfo, links: list[str]) -> None:
         raise UnsafeArchiveError(name, "hard link")
     if not (member.isreg() or member.isdir() or member.issym()):
         raise UnsafeArchiveError(name, "device, FIFO or other special file")
-    path = "/".join(parts)
-    if any(path.startswith(link + "/") for link in links):
-        raise UnsafeArchiveError(name, "under a symlink")
+    # The symlinks as a tree of names: a member's ancestors are one walk, linear in its name.
+    node = links
+    for part in parts[:-1]:
+        if (child := node.get(part)) is None:
+            break
+        if child is _SYMLINK:
+            raise UnsafeArchiveError(name, "under a symlink")
+        node = child
+    if member.issym() and not parts:
+        raise UnsafeArchiveError(name, "a symlink in place of the directory itself")
     if member.issym():
-        links.append(path)
+        node = links
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if child is _SYMLINK:
+                raise UnsafeArchiveError(name, "under a symlink")
+            node = child
+        node[parts[-1]] = _SYMLINK
 
 
 async def apack_directory(

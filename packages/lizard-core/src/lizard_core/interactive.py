@@ -19,11 +19,12 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
 - **Input** (:meth:`InteractiveProcess.afeed`) goes to the process's stdin as given; feeding a
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
-  :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder, and
-  doing it again is harmless. A start cancelled (or failed) before it returned ends its process,
-  also when the stop reaches the sandbox before the start does (the stop leaves the folder as a
-  marker, and the start then runs nothing) or while it is starting.
-  Destroying the sandbox ends everything anyway.
+  :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder (the
+  daemon sees that within a second and ends too, even with output unread or the pipe held
+  open by a process left behind), and doing it again is harmless. A start cancelled (or
+  failed) before it returned ends its process, also when the stop reaches the sandbox before
+  the start does (the stop leaves the folder as a marker, and the start then runs nothing) or
+  while it is starting. Destroying the sandbox ends everything anyway.
 """
 
 from __future__ import annotations
@@ -124,15 +125,27 @@ def daemon():
                 pass
     deadline = None if req["timeout"] is None else time.monotonic() + req["timeout"]
     timed_out = False
+    checked = time.monotonic()
     while True:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        wait = 1.0 if deadline is None else min(1.0, max(0.0, deadline - time.monotonic()))
         watched = [fifo, from_child]
         if os.fstat(out).st_size - taken() > req["backlog"]:
             # Nobody reads: stop reading the process (it blocks on its full pipe or terminal,
             # as under an unread terminal) rather than fill the sandbox's disk.
             watched = [fifo]
-            wait = 0.2 if wait is None else min(wait, 0.2)
+            wait = min(wait, 0.2)
         ready, _, _ = select.select(watched, [], [], wait)
+        if time.monotonic() - checked >= 1.0:
+            checked = time.monotonic()
+            if os.path.exists(P("stop")) or not os.path.isdir(d):
+                # Stopped: no EOF may ever come (unread output past the backlog, or a process
+                # left holding the pipe), so end here rather than outlive the stop.
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(child, signal.SIGKILL)
+                    except OSError:
+                        pass
+                return
         if not ready and deadline is not None and time.monotonic() >= deadline:
             timed_out = True
             try:

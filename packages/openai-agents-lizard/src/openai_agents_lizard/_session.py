@@ -81,7 +81,7 @@ __all__ = ["HYDRATE_MEMBERS", "LizardSandboxSession"]
 
 HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
-(the host keeps each header read, about 1 KiB)."""
+(the host keeps no header, only the names of symlinks)."""
 # The SDK's resolver's exit codes: the path escapes every root, a grant resolves to "/", the
 # path is under a read-only grant.
 _ESCAPED, _ROOT_GRANT, _READ_ONLY = 111, 113, 114
@@ -237,7 +237,8 @@ class LizardSandboxSession(BaseSandboxSession):
         """Start a process kept in the sandbox; its output of the first ``yield_time_s``."""
         argv = self._prepare_exec_command(*command, shell=shell, user=None)
         # The SDK's defaults, as its E2B client has them: 10 s for a start, 250 ms for a write.
-        wait = clamp_pty_yield_time_ms(int((yield_time_s or 10.0) * 1000)) / 1000
+        asked = 10.0 if yield_time_s is None else yield_time_s  # 0 is the SDK's minimum, not 10 s
+        wait = clamp_pty_yield_time_ms(int(asked * 1000)) / 1000
         with exec_errors(argv, timeout):
             process_id, update = await self._ptys.astart(
                 self._session,
@@ -263,7 +264,8 @@ class LizardSandboxSession(BaseSandboxSession):
         if session_id not in self._ptys:
             raise PtySessionNotFoundError(session_id=session_id)
         wait_ms = resolve_pty_write_yield_time_ms(
-            yield_time_ms=int((yield_time_s or 0.25) * 1000), input_empty=chars == ""
+            yield_time_ms=int((0.25 if yield_time_s is None else yield_time_s) * 1000),
+            input_empty=chars == "",
         )
         with exec_errors(["write_stdin"], None):
             update = await self._ptys.afeed(session_id, chars.encode(), wait=wait_ms / 1000)
