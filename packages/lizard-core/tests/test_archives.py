@@ -13,7 +13,7 @@ import pytest
 
 from lizard_core.archives import apack_directory, aunpack_archive, check_archive
 from lizard_core.commands import arun_command
-from lizard_core.errors import ArchiveCommandError, UnsafeArchiveError
+from lizard_core.errors import ArchiveCommandError, OutputLimitError, UnsafeArchiveError
 from lizard_core.files import SandboxFiles
 
 
@@ -55,6 +55,33 @@ async def test_pack_is_relative_skips_excludes_and_unpacks_elsewhere(
         module_session, "ls /tmp | grep lizard-archive || true", shell=True
     )
     assert leftovers.stdout == b""
+
+
+async def test_an_archive_past_max_bytes_is_an_output_limit_error_and_nothing_is_left(
+    module_session: Any, scratch: str
+) -> None:
+    # The sandbox decides the archive's size: 3 MiB of random bytes against a 1 MiB limit.
+    await arun_command(
+        module_session,
+        f"mkdir -p {scratch}/big && head -c 3145728 /dev/urandom > {scratch}/big/blob",
+        shell=True,
+    )
+    with pytest.raises(OutputLimitError, match="max_bytes") as caught:
+        await apack_directory(module_session, f"{scratch}/big", max_bytes=1024 * 1024)
+    assert caught.value.limit == 1024 * 1024
+    leftovers = await arun_command(
+        module_session, "ls /tmp | grep lizard-archive || true", shell=True
+    )
+    assert leftovers.stdout == b""
+    packed = await apack_directory(module_session, f"{scratch}/big", max_bytes=4 * 1024 * 1024)
+    with tarfile.open(fileobj=packed) as tar:
+        assert "./blob" in tar.getnames()
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+async def test_a_bad_max_bytes_is_refused(module_session: Any, bad: Any) -> None:
+    with pytest.raises(TypeError if not isinstance(bad, int) or bad is True else ValueError):
+        await apack_directory(module_session, "/tmp", max_bytes=bad)
 
 
 async def test_a_missing_directory_is_an_archive_command_error(module_session: Any) -> None:

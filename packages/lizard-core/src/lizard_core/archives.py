@@ -7,7 +7,10 @@ lizard-local):
 - :func:`apack_directory` runs ``tar`` in the sandbox on the directory, members relative to it
   (``./...``), leaving out ``exclude`` (relative paths, no wildcards), and streams the archive
   to the host in :data:`~lizard_core.files.CHUNK_SIZE` pieces: the host holds at most a piece
-  plus ``spool_memory`` bytes (a temporary file past that). Two requests plus one per piece.
+  plus ``spool_memory`` bytes (a temporary file past that), and at most ``max_bytes`` in all
+  (:data:`MAX_ARCHIVE_BYTES` by default; past it
+  :class:`~lizard_core.errors.OutputLimitError`, nothing returned, since the sandbox decides
+  the size). Two requests plus one per piece.
 - :func:`check_archive` reads the headers one at a time, keeping none, and refuses, with
   :class:`~lizard_core.errors.UnsafeArchiveError` (a ``ValueError``): anything but an
   uncompressed tar, absolute names, ``..``, names over :data:`MAX_NAME` bytes, hard links,
@@ -33,12 +36,18 @@ from collections.abc import Iterable, Iterator
 from typing import IO, Any, Final
 
 from lizard_core.commands import arun_command
-from lizard_core.errors import ArchiveCommandError, LizardIntegrationError, UnsafeArchiveError
+from lizard_core.errors import (
+    ArchiveCommandError,
+    LizardIntegrationError,
+    OutputLimitError,
+    UnsafeArchiveError,
+)
 from lizard_core.files import CHUNK_SIZE, SandboxFiles
 from lizard_core.session import Session
 
 __all__ = [
     "HEADER_BYTES",
+    "MAX_ARCHIVE_BYTES",
     "MAX_MEMBERS",
     "MAX_NAME",
     "SPOOL_MEMORY",
@@ -50,6 +59,9 @@ __all__ = [
 
 SPOOL_MEMORY: Final = 8 * 1024 * 1024
 """Bytes of an archive held in memory before it spills to a temporary file."""
+MAX_ARCHIVE_BYTES: Final = 8 * 1024**3
+"""Most bytes of an archive :func:`apack_directory` takes to the host by default (8 GiB): the
+sandbox makes the archive, so its size is bounded before the host's disk is."""
 MAX_MEMBERS: Final = 500_000
 """Most members :func:`check_archive` accepts by default."""
 HEADER_BYTES: Final = 1024 * 1024
@@ -156,8 +168,16 @@ async def apack_directory(
     *,
     exclude: Iterable[str] = (),
     spool_memory: int = SPOOL_MEMORY,
+    max_bytes: int = MAX_ARCHIVE_BYTES,
 ) -> tempfile.SpooledTemporaryFile[bytes]:
-    """A tar of ``directory``, members relative to it, in a host file at position 0."""
+    """A tar of ``directory``, members relative to it, in a host file at position 0.
+
+    Raises :class:`~lizard_core.errors.OutputLimitError` once the archive passes ``max_bytes``.
+    """
+    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
+        raise TypeError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
+    if max_bytes <= 0:
+        raise ValueError(f"max_bytes must be positive; got {max_bytes}")
     archive = f"/tmp/lizard-archive-{uuid.uuid4().hex}.tar"
     excludes = [f"--exclude=./{rel.strip('/')}" for rel in sorted(exclude)]
     argv = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", directory, "."]
@@ -165,7 +185,15 @@ async def apack_directory(
     spool = tempfile.SpooledTemporaryFile(max_size=spool_memory)  # noqa: SIM115  # returned
     try:
         await _checked(session, argv)
+        size = 0
         async for piece in files.aiter_bytes(archive):
+            size += len(piece)
+            if size > max_bytes:
+                raise OutputLimitError(
+                    f"the archive of {directory!r} passed max_bytes ({max_bytes} bytes); "
+                    "exclude what need not be saved, or raise the limit",
+                    limit=max_bytes,
+                )
             spool.write(piece)
     except BaseException:
         spool.close()
