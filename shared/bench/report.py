@@ -9,9 +9,10 @@ are medians, request and connection counts are medians with their range when the
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+from functools import partial
+from typing import Any, Final, NamedTuple, TypeVar
 
 from catalogue import (
     LIMIT,
@@ -59,6 +60,8 @@ __all__ = [
     "setting_table",
     "win_lines",
 ]
+
+T = TypeVar("T")
 
 REF: Final = "0.1.0"
 OURS: Final = "ours"
@@ -433,17 +436,24 @@ def acceptance_lines(run: Run) -> list[str]:
     return lines
 
 
+def _measured(
+    run: Run, operation: str, counterpart: Callable[[Setting], T | None]
+) -> list[tuple[Setting, Cell, T]]:
+    """Per setting where both were measured: ours on ``operation`` and its counterpart there."""
+    return [
+        (setting, ours, other)
+        for setting in run.settings
+        if (ours := run.get(setting, operation, OURS)) is not None
+        and (other := counterpart(setting)) is not None
+    ]
+
+
 def limit_lines(run: Run) -> list[str]:
     """One line per limit target: ours against the bare exec, server time and wall time."""
     lines = []
     for target in LIMIT_TARGETS:
         label = f"{target.what}: server-side time within {target.server_margin_s * 1000:g} ms"
-        measured = [
-            (setting, ours, limit)
-            for setting in run.settings
-            if (ours := run.get(setting, target.operation, OURS)) is not None
-            and (limit := run.get(setting, LIMIT.name, OURS)) is not None
-        ]
+        measured = _measured(run, target.operation, partial(run.get, op=LIMIT.name, side=OURS))
         if not measured:
             lines.append(f"- ⚪ {label} of the bare exec's — not measured")
         else:
@@ -494,12 +504,7 @@ def ratio_lines(run: Run) -> list[str]:
     lines = []
     for target in RATIO_TARGETS:
         label = operation(target.versus).label
-        measured = [
-            (setting, ours, versus)
-            for setting in run.settings
-            if (ours := run.get(setting, target.operation, OURS)) is not None
-            and (versus := run.get(setting, target.versus, OURS)) is not None
-        ]
+        measured = _measured(run, target.operation, partial(run.get, op=target.versus, side=OURS))
         if not measured:
             lines.append(f"- ⚪ {target.what} ({label}) — not measured")
             continue
@@ -518,12 +523,7 @@ def reference_lines(run: Run) -> list[str]:
     lines = []
     for target in REFERENCE_TARGETS:
         label = f"{target.what} at least {target.factor:g}× faster than on {target.source}"
-        measured = [
-            (setting, ours, reference)
-            for setting in run.settings
-            if (ours := run.get(setting, target.operation, OURS)) is not None
-            and (reference := target.reference_s(setting)) is not None
-        ]
+        measured = _measured(run, target.operation, target.reference_s)
         if not measured:
             lines.append(f"- ⚪ {label} — not measured")
             continue
@@ -779,7 +779,7 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
     return "\n".join(parts) + "\n"
 
 
-def _setting_sections(prefix: str, tables: list[tuple[Setting, str]]) -> list[str]:
+def _setting_sections(prefix: str, tables: list[tuple[Setting, str | None]]) -> list[str]:
     """A ``### {prefix}{setting}`` section for each setting that has a table."""
     return [
         line
