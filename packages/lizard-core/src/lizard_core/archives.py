@@ -35,6 +35,7 @@ import uuid
 from collections.abc import Iterable, Iterator
 from typing import IO, Any, Final
 
+from lizard_core.checks import check_positive_int
 from lizard_core.commands import arun_command
 from lizard_core.errors import (
     ArchiveCommandError,
@@ -174,10 +175,7 @@ async def apack_directory(
 
     Raises :class:`~lizard_core.errors.OutputLimitError` once the archive passes ``max_bytes``.
     """
-    if isinstance(max_bytes, bool) or not isinstance(max_bytes, int):
-        raise TypeError(f"max_bytes must be an int, not {type(max_bytes).__name__}")
-    if max_bytes <= 0:
-        raise ValueError(f"max_bytes must be positive; got {max_bytes}")
+    check_positive_int(max_bytes, name="max_bytes")
     archive = f"/tmp/lizard-archive-{uuid.uuid4().hex}.tar"
     excludes = [f"--exclude=./{rel.strip('/')}" for rel in sorted(exclude)]
     argv = ["tar", "cf", archive, "--no-wildcards", *excludes, "-C", directory, "."]
