@@ -13,7 +13,9 @@ import contextlib
 import json
 import os
 import re
+import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -649,6 +651,74 @@ def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
         os.close(pidfd)
         alive.kill()
         alive.wait()
+
+
+# A relay whose last signal was noted just before its blocking read started: the read goes on
+# blocking (as a shell's does), until another signal interrupts it and the noted one acts.
+_MISSED_WAKEUP = """\
+import os, signal, sys
+noted = []
+class Woken(Exception):
+    pass
+def wake(signum, frame):
+    if not noted or 'woken' in noted:
+        return
+    noted.append('woken')  # once: like the relay's exit or exec, what it wakes into is final
+    raise Woken
+signal.signal(signal.SIGUSR1, lambda signum, frame: noted.append('exit'))
+signal.signal(signal.SIGUSR2, lambda signum, frame: noted.append('launcher'))
+signal.signal(signal.SIGURG, wake)
+r, w = os.pipe()
+try:
+    print('ready', flush=True)
+    while True:
+        os.read(r, 1)
+except Woken:
+    if 'exit' in noted:
+        sys.exit(0)
+    os.execvp('sleep', ['sleep', '60'])
+"""
+
+
+@contextlib.contextmanager
+def _missed_wakeup_relay(pidfd: bool) -> Iterator[tuple[subprocess.Popen[str], int, int]]:
+    relay = subprocess.Popen(
+        [sys.executable, "-c", _MISSED_WAKEUP], stdout=subprocess.PIPE, text=True
+    )
+    assert relay.stdout is not None
+    assert relay.stdout.readline() == "ready\n"
+    proc = os.open(f"/proc/{relay.pid}", os.O_RDONLY | os.O_DIRECTORY)
+    handle = os.pidfd_open(relay.pid) if pidfd else -1
+    try:
+        yield relay, proc, handle
+    finally:
+        os.close(proc)
+        if handle >= 0:
+            os.close(handle)
+        relay.kill()
+        relay.wait()
+
+
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "no-pidfd"])
+def test_a_relay_that_missed_its_last_signal_is_woken_until_it_exits(pidfd: bool) -> None:
+    """A signal landing just before the relay's read blocks would leave the call hanging."""
+    from lizard_core._guest import _hub_child
+
+    with _missed_wakeup_relay(pidfd) as (relay, proc, handle):
+        _hub_child.send_status(relay.pid, proc, 0, handle, within=30)
+        assert relay.wait(timeout=30) == 0
+
+
+@pytest.mark.timeout(30)
+def test_a_relay_woken_into_the_launcher_is_left_to_run_it() -> None:
+    """Once the relay has become the launcher, the wake-ups stop: nothing signals the program."""
+    from lizard_core._guest import _hub_child
+
+    with _missed_wakeup_relay(pidfd=True) as (relay, proc, handle):
+        # Returns once the relay runs something else, long before the 60 s bound.
+        _hub_child.end_relay(relay.pid, proc, [signal.SIGUSR2], handle, within=60)
+        assert _hub_child.relay_state(proc)[0] == b"sleep"
+        assert relay.poll() is None
 
 
 def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:

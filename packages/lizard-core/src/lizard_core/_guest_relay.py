@@ -44,6 +44,7 @@ d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
 trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-' USR2
 trap 'i=1 r=1' 44
+trap 'i=1' URG
 trap 'i=1 e=$((e|1))' 35
 trap 'i=1 e=$((e|2))' 36
 trap 'i=1 e=$((e|4))' 37
@@ -85,8 +86,10 @@ good: a pid reused after the check would leave it naming the dead hub, so the ch
 opens are of the same process. The hub's child ends it with signals:
 ``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
 it), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
-started. ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the
-open cannot block when the hub and its children are gone at that very moment. End of file on
+started; ``URG``, sent after the last of them until the relay acts on it, only wakes it (a
+signal that lands just before ``read`` blocks runs its trap only once ``read`` returns).
+``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the open cannot
+block when the hub and its children are gone at that very moment. End of file on
 ``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
 program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
 ``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the

@@ -11,7 +11,8 @@ names itself by the call id and runs the program as ``python3 -c`` would.
 It talks to the relay with signals only (the relay's traps, in ``lizard_core._guest_relay``):
 :data:`STARTED` once the program is about to run; then the exit code, ``SIGUSR1`` for 0, else
 one signal per set bit (:data:`BIT0` up) and :data:`EXIT_NOW`. ``SIGUSR2`` before
-:data:`STARTED` means "nothing ran: run the launcher", which every doubt ends in. It holds the
+:data:`STARTED` means "nothing ran: run the launcher", which every doubt ends in. After the last
+signal it wakes the relay with :data:`NUDGE` until the relay has acted on it. It holds the
 ``wait`` pipe's write end (:data:`WAIT_FD`) until it exits, so that its relay outlives it even
 when the hub dies first.
 """
@@ -40,6 +41,11 @@ EXIT_NOW = 43
 """After the bits: the relay exits with them (delivered last: the highest of the numbers)."""
 STARTED = 44
 """The program is about to run: from now on the relay never falls back."""
+NUDGE = 23
+"""``SIGURG``, sent after the last signal until the relay acts on it (:func:`settle`): a no-op trap
+in the relay, and ignored by default, so harmless to the launcher the relay may have become."""
+SETTLE_S = 5.0
+"""How long a spare keeps waking a relay that has not acted on its last signal."""
 SIGUSR1 = 10
 SIGUSR2 = 12
 _GETFD = 438  # pidfd_getfd(2), the same number on every Linux architecture
@@ -165,15 +171,56 @@ def signal_relay(relay: int, proc: int, signum: int, pidfd: int = -1) -> bool:
     return True
 
 
-def send_status(relay: int, proc: int, status: int, pidfd: int = -1) -> None:
-    """Make the relay exit with ``status`` (0 to 255)."""
-    if status == 0:
-        signal_relay(relay, proc, SIGUSR1, pidfd)
-        return
-    for bit in range(8):
-        if status >> bit & 1 and not signal_relay(relay, proc, BIT0 + bit, pidfd):
+def relay_state(proc: int) -> Tuple[bytes, bytes]:
+    """The relay's name and state letter (``/proc/<pid>/stat``); empty once it is reaped."""
+    try:
+        stat = read_at(proc, "stat")
+    except OSError:
+        return b"", b""
+    head, _, tail = stat.rpartition(b")")
+    return head.partition(b"(")[2], tail[1:2]
+
+
+def settle(relay: int, proc: int, pidfd: int, name: bytes, within: float) -> None:
+    """Wake the relay until it acts on its last signal: exits, or becomes the launcher.
+
+    A shell's handler only notes a signal; the trap runs between commands. One that lands after
+    that check and before the relay's blocking ``read`` starts wakes nothing, and the relay would
+    wait for good (under load, a few calls in a thousand). :data:`NUDGE` interrupts that read, so
+    the noted trap runs. ``name`` is the relay's before the signal: a new one means it ran the
+    launcher. At most ``within`` seconds.
+    """
+    import select
+    import time
+
+    deadline = time.monotonic() + within
+    delay = 0.0005
+    while True:
+        if pidfd >= 0:
+            select.select([pidfd], [], [], delay)  # readable once the relay has exited
+        else:
+            time.sleep(delay)
+        now, state = relay_state(proc)
+        if now != name or state in (b"", b"Z", b"X"):
             return
-    signal_relay(relay, proc, EXIT_NOW, pidfd)
+        if time.monotonic() > deadline or not signal_relay(relay, proc, NUDGE, pidfd):
+            return
+        delay = min(delay * 2, 0.05)
+
+
+def end_relay(relay: int, proc: int, signals: List[int], pidfd: int, within: float) -> None:
+    """Send the relay ``signals`` in order, then :func:`settle` it."""
+    name = relay_state(proc)[0]
+    for signum in signals:
+        if not signal_relay(relay, proc, signum, pidfd):
+            return
+    settle(relay, proc, pidfd, name, within)
+
+
+def send_status(relay: int, proc: int, status: int, pidfd: int = -1, within: float = 0.1) -> None:
+    """Make the relay exit with ``status`` (0 to 255)."""
+    bits = [BIT0 + bit for bit in range(8) if status >> bit & 1]
+    end_relay(relay, proc, bits + [EXIT_NOW] if status else [SIGUSR1], pidfd, within)
 
 
 def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) -> None:
@@ -213,7 +260,8 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) 
     except Exception:
         argv = None
     if argv is None or not signal_relay(relay, proc, STARTED, pidfd):
-        signal_relay(relay, proc, SIGUSR2, pidfd)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # see below
+        end_relay(relay, proc, [SIGUSR2], pidfd, SETTLE_S)
         os._exit(NOT_STARTED)
     name(argv[1][:15])
     status = run_main(code, argv)
@@ -222,7 +270,9 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) 
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    send_status(relay, proc, status, pidfd)
+    # The hub hangs up on a child whose relay has ended, which this one now waits for.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    send_status(relay, proc, status, pidfd, SETTLE_S)
     os._exit(status)
 
 

@@ -45,13 +45,13 @@ from ._hub_child import (
     WAIT_FD,
     close_from,
     context,
+    end_relay,
     name,
     open_pidfd,
     read_at,
     relay_argv,
     run_main,
     send_status,
-    signal_relay,
     spare,
     syscall,
     unpack,
@@ -502,7 +502,7 @@ class Hub:
             self.children[child] = (relay, proc, pidfd)
             self.learn(proc)  # while the child works: compile a new program for later spares
             return
-        signal_relay(relay, proc, signal.SIGUSR2, pidfd)  # no child took it: nothing ran
+        end_relay(relay, proc, [signal.SIGUSR2], pidfd, 0.1)  # no child took it: nothing ran
         os.close(proc)
         if pidfd >= 0:
             os.close(pidfd)
