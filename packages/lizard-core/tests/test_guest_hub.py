@@ -560,37 +560,49 @@ def test_hubs_killed_and_removed_every_30_ms_change_no_result(session: Session) 
     assert int(done["r"].stdout) >= 5  # hubs were killed while the calls ran
 
 
-def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path) -> None:
-    """A stand-in hub takes the relay's pid and exits: the relay runs the program itself."""
+@contextlib.contextmanager
+def _stand_in_hub(home: Path, with_wait: bool) -> Iterator[subprocess.Popen[bytes]]:
+    """A process that passes every check the relay makes of a hub, then serves nothing.
+
+    It reads the relay's pid and exits; without ``with_wait`` it never had ``wait``'s write end
+    (fd 11), as a hub that has died leaves it. The hub the launcher then starts is killed after.
+    """
     fake = (
         "import os, sys\n"
         "open('/proc/self/comm', 'w').write('lizard-hub')\n"
         "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
-        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
-        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        + ("r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n" if with_wait else "")
+        + "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
         "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
         "print('ready', flush=True)\n"
         "os.read(3, 64)\n"
     )
-    key = _guest_relay.hub_key()
-    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    directory = home / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
     directory.mkdir(parents=True, mode=0o700)
-    hub = subprocess.Popen(
-        ["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE, pass_fds=()
-    )
+    hub = subprocess.Popen(["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE)
     try:
         assert hub.stdout is not None
         assert hub.stdout.readline() == b"ready\n"
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
-        assert (done.returncode, done.stdout) == (4, b"ran\n")
+        yield hub
     finally:
         hub.kill()
         hub.wait()
         for path in directory.glob("hub.*"):  # the hub the launcher started
             with contextlib.suppress(ProcessLookupError, ValueError):
                 os.kill(int(path.name.split(".")[1]), 9)
+
+
+def _run_lost_call(home: Path, timeout: float) -> subprocess.CompletedProcess[bytes]:
+    env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+    argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
+    return subprocess.run(argv, env=env, capture_output=True, timeout=timeout)
+
+
+def test_a_hub_lost_before_the_program_started_means_the_launcher(tmp_path: Path) -> None:
+    """A stand-in hub takes the relay's pid and exits: the relay runs the program itself."""
+    with _stand_in_hub(tmp_path, with_wait=True):
+        done = _run_lost_call(tmp_path, timeout=60)
+        assert (done.returncode, done.stdout) == (4, b"ran\n")
 
 
 def test_a_hub_lost_between_the_relays_check_and_its_open_of_wait_means_the_launcher(
@@ -604,34 +616,10 @@ def test_a_hub_lost_between_the_relays_check_and_its_open_of_wait_means_the_laun
     directory removed meanwhile exited 2 with no output); this relay opens nothing by path after
     its check, and nothing it opens can block.
     """
-    fake = (
-        "import os, sys\n"
-        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
-        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
-        # No fd 11: the write end of ``wait`` is gone, as it is once the hub has died.
-        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
-        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
-        "print('ready', flush=True)\n"
-        "os.read(3, 64)\n"
-    )
-    key = _guest_relay.hub_key()
-    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
-    directory.mkdir(parents=True, mode=0o700)
-    hub = subprocess.Popen(["python3", "-c", fake, str(directory)], stdout=subprocess.PIPE)
-    try:
-        assert hub.stdout is not None
-        assert hub.stdout.readline() == b"ready\n"
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-        argv = guest_argv("import sys\nprint('ran')\nsys.exit(4)\n", ["lost-call-id"])
-        done = subprocess.run(argv, env=env, capture_output=True, timeout=30)
+    with _stand_in_hub(tmp_path, with_wait=False) as hub:
+        done = _run_lost_call(tmp_path, timeout=30)
         assert (done.returncode, done.stdout) == (4, b"ran\n")
         assert hub.poll() is None  # it was there all along: only ``wait`` was lost
-    finally:
-        hub.kill()
-        hub.wait()
-        for path in directory.glob("hub.*"):  # the hub the launcher started
-            with contextlib.suppress(ProcessLookupError, ValueError):
-                os.kill(int(path.name.split(".")[1]), 9)
 
 
 def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
