@@ -179,8 +179,8 @@ class Session(KeepAlive, Pausing, Teardown):
         # monotonic time at which keep-alive should next extend the lifetime
         self._extend_due: float | None = None
         self._transport: Transport | None = None  # the pooled client, made on first use
-        # Operations in flight (see in_use()), and the thread that keeps the sandbox alive
-        # while there are any.
+        # Operations in flight (see in_use()), and the session's one keep-alive thread, which
+        # extends the sandbox while there are any.
         self._in_flight = 0
         self._keeper: threading.Thread | None = None
         self._keeper_wake = threading.Condition(self._lock)
