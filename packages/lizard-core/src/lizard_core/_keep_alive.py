@@ -115,7 +115,7 @@ class KeepAlive:
         """
         with self._lock:
             self._in_flight += 1
-            if self._keep_alive and not self._closed:
+            if self._keep_alive and not (self._closed or self._gone):
                 if self._keeper is None:
                     self._keeper = threading.Thread(
                         target=_keep_alive_until_closed,
