@@ -16,7 +16,7 @@ from deepagents import create_deep_agent
 from langchain_core.messages import AIMessage
 from scripted_agent import ScriptedModel, call
 
-from langchain_lizard import LizardSandbox
+from langchain_lizard import LizardSandbox, LizardSandboxError
 from lizard_core.config import SandboxConfig
 from lizard_core.inventory import find_sandboxes
 from lizard_core.prepared import prepare_snapshot
@@ -59,7 +59,7 @@ def test_a_sandbox_kept_by_one_run_is_attached_by_the_next_process(
             from deepagents import create_deep_agent
             from langchain_core.messages import AIMessage
             from scripted_agent import ScriptedModel, call, tool_results
-            from langchain_lizard import LizardSandbox
+            from langchain_lizard import LizardSandbox, LizardSandboxError
 
             steps = [call("execute", "x", command="cat /workspace/plan.md"), AIMessage("ok")]
             with LizardSandbox(sandbox_id={kept!r}) as backend:  # attached: left as it is
@@ -85,6 +85,37 @@ def test_a_sandbox_kept_by_one_run_is_attached_by_the_next_process(
     finally:
         LizardSandbox(sandbox_id=kept).kill()
     assert kept not in lizard_local.sandboxes()
+
+
+PAUSE = "POST /api/sandboxes/{id}/pause"
+
+
+def test_close_keep_destroys_a_sandbox_whose_pause_fails(lizard_local: LocalServer) -> None:
+    backend = LizardSandbox(template="base", lifetime_ms=300_000)
+    assert backend.execute("true").exit_code == 0
+    sandbox_id = backend.sandbox_id
+    lizard_local.inject_fault(PAUSE, status=500, count=3)  # every retry of the pause fails
+    with pytest.raises(LizardSandboxError):
+        backend.close(keep=True)
+    assert sandbox_id not in lizard_local.sandboxes()  # not left running, billing
+    backend.close(keep=True)  # done: nothing left to pause or destroy
+
+
+async def test_aclose_keep_destroys_a_sandbox_whose_pause_fails(lizard_local: LocalServer) -> None:
+    backend = LizardSandbox(template="base", lifetime_ms=300_000)
+    assert (await backend.aexecute("true")).exit_code == 0
+    sandbox_id = backend.sandbox_id
+    lizard_local.inject_fault(PAUSE, status=500, count=3)
+    with pytest.raises(LizardSandboxError):
+        await backend.aclose(keep=True)
+    assert sandbox_id not in lizard_local.sandboxes()
+
+
+def test_close_keep_of_a_sandbox_already_gone_is_done(lizard_local: LocalServer) -> None:
+    backend = LizardSandbox(template="base", lifetime_ms=300_000)
+    assert backend.execute("true").exit_code == 0
+    lizard_local.expire(str(backend.sandbox_id))
+    backend.close(keep=True)  # nothing to pause, nothing billing: no error
 
 
 def test_pause_and_resume_keep_the_files(lizard_local: LocalServer) -> None:

@@ -18,6 +18,7 @@ from google.adk.tools.environment import EnvironmentToolset
 
 from lizard_adk import LizardCodeExecutor, LizardEnvironment
 from lizard_core.config import SandboxConfig
+from lizard_core.errors import CredentialsError, TransientError
 from lizard_core.inventory import destroy_sandboxes, find_sandboxes
 from lizard_core.prepared import prepare_snapshot
 from lizard_core.snapshots import delete_snapshots
@@ -134,6 +135,64 @@ async def test_a_kept_code_executor_is_attached_and_says_its_variables_were_lost
         assert "from run one" in files  # the files survived the pause
     finally:
         destroy_sandboxes(SandboxConfig.from_env(), [kept])
+
+
+PAUSE = "POST /api/sandboxes/{id}/pause"
+KILL = "DELETE /api/sandboxes/{id}"
+
+
+async def test_a_kept_environment_whose_pause_fails_is_destroyed_at_the_runners_close(
+    lizard_local: LocalServer,
+) -> None:
+    environment = LizardEnvironment(lifetime_ms=300_000, keep=True)
+    model = ScriptedModel([call("Execute", command="true"), text("ok")])
+    agent = LlmAgent(name="w", model=model, tools=[EnvironmentToolset(environment=environment)])
+    runner = InMemoryRunner(agent=agent, app_name="lizard_adk_tests")
+    try:
+        await run_agent(agent, "Run.", runner=runner)
+        sandbox_id = environment.sandbox_id
+        assert sandbox_id in lizard_local.sandboxes()
+        lizard_local.inject_fault(PAUSE, status=400)  # refused: not retried
+    finally:
+        await runner.close()  # ADK logs a toolset's failed close and goes on
+    assert sandbox_id not in lizard_local.sandboxes()  # not left running, billing
+
+
+async def test_close_keep_retries_a_destroy_that_failed_after_a_failed_pause(
+    lizard_local: LocalServer,
+) -> None:
+    environment = LizardEnvironment(lifetime_ms=300_000)
+    await environment.initialize()
+    sandbox_id = environment.sandbox_id
+    lizard_local.inject_fault(PAUSE, status=400)
+    lizard_local.inject_fault(KILL, status=403)
+    with pytest.raises(CredentialsError):  # the destroy's error: the sandbox still runs
+        await environment.close(keep=True)
+    assert sandbox_id in lizard_local.sandboxes()
+    await environment.close(keep=True)  # tries the destroy again rather than leave it running
+    assert sandbox_id not in lizard_local.sandboxes()
+
+
+async def test_a_kept_executor_whose_pause_fails_is_destroyed(lizard_local: LocalServer) -> None:
+    executor = LizardCodeExecutor(stateful=True, lifetime_ms=300_000)
+    try:
+        assert "2" in (code_results(await _run(executor, "print(1 + 1)"))[0].output or "")
+        sandbox_id = executor.sandbox_id
+        lizard_local.inject_fault(PAUSE, status=500, count=3)  # every retry of the pause fails
+        with pytest.raises(TransientError):
+            executor.close(keep=True)
+        assert sandbox_id not in lizard_local.sandboxes()  # not left running, billing
+    finally:
+        executor.close()
+
+
+async def test_a_kept_executor_whose_sandbox_is_gone_closes_quietly(
+    lizard_local: LocalServer,
+) -> None:
+    executor = LizardCodeExecutor(stateful=True, lifetime_ms=300_000)
+    await _run(executor, "x = 1")
+    lizard_local.expire(str(executor.sandbox_id))
+    executor.close(keep=True)  # nothing to pause, nothing billing: no error
 
 
 async def test_the_executor_starts_from_a_snapshot_also_after_its_sandbox_expired(

@@ -18,7 +18,12 @@ import pytest
 from lizard_core._pausing import RESUMED_NOTICE
 from lizard_core.commands import arun_command, run_command
 from lizard_core.config import SandboxConfig
-from lizard_core.errors import LizardIntegrationError, SandboxGoneError, SandboxPausedError
+from lizard_core.errors import (
+    CredentialsError,
+    LizardIntegrationError,
+    SandboxGoneError,
+    SandboxPausedError,
+)
 from lizard_core.kernel import Kernel
 from lizard_core.session import Session
 from lizard_local import LocalServer
@@ -27,6 +32,7 @@ PAUSE = "POST /api/sandboxes/{id}/pause"
 RESUME = "POST /api/sandboxes/{id}/resume"
 GET = "GET /api/sandboxes/{id}"
 EXTEND = "POST /api/sandboxes/{id}/timeout"
+KILL = "DELETE /api/sandboxes/{id}"
 
 
 def _count(server: LocalServer, route: str) -> int:
@@ -458,6 +464,25 @@ def test_keep_paused_destroys_a_sandbox_whose_pause_fails(
     with pytest.raises(LizardIntegrationError):
         session.keep_paused()
     assert sandbox_id not in lizard_local.sandboxes()  # not left running, billing
+
+
+def test_keep_paused_tries_again_a_destroy_that_failed_after_a_failed_pause(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    session = Session(sandbox_config)
+    session.sandbox()
+    sandbox_id = session.sandbox_id
+    lizard_local.inject_fault(PAUSE, status=400)
+    lizard_local.inject_fault(KILL, status=403)  # refused too: the sandbox still runs
+    with pytest.raises(CredentialsError):
+        session.keep_paused()
+    assert sandbox_id in lizard_local.sandboxes()
+    lizard_local.reset_counters()
+    session.keep_paused()  # the destroy again, not a quiet close of a running sandbox
+    assert sandbox_id not in lizard_local.sandboxes()
+    assert _count(lizard_local, PAUSE) == 0
+    session.keep_paused()  # done: no request
+    assert lizard_local.counters()["total"] == 1
 
 
 async def test_akeep_paused_of_a_sandbox_already_gone_is_done(

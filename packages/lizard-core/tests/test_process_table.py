@@ -8,7 +8,10 @@ from typing import Any
 
 import pytest
 
+from lizard_core.config import SandboxConfig
+from lizard_core.errors import TransientError
 from lizard_core.process_table import ProcessTable
+from lizard_core.session import Session
 from lizard_local import LocalServer
 from lizard_local.contract import pids_carrying
 
@@ -89,6 +92,44 @@ async def test_past_the_limit_the_least_recently_used_unprotected_one_ends(
     assert len(table) == 0
     for token in tokens[:4]:
         assert await gone(token)
+
+
+async def test_a_process_whose_end_fails_stays_kept_and_a_later_call_ends_it(
+    module_session: Any, lizard_counters: LocalServer
+) -> None:
+    table = ProcessTable()
+    tokens = [f"unended-{index}-{uuid.uuid4().hex[:6]}" for index in range(2)]
+    ids = [(await table.astart(module_session, sleeper(token), wait=0.1))[0] for token in tokens]
+    try:
+        lizard_counters.reset_counters()
+        lizard_counters.inject_fault(EXEC, status=503, count=1)  # the first one's end fails
+        with pytest.raises(TransientError) as caught:
+            await table.aterminate_all()
+        assert lizard_counters.counters()["routes"][EXEC] == 2  # the second was still tried
+        assert "1 kept process(es) could not be ended" in "".join(caught.value.__notes__)
+        assert ids[0] in table  # kept under its number, for a later call
+        assert ids[1] not in table
+        assert await gone(tokens[1])
+        assert pids_carrying(tokens[0])  # still running: it was not forgotten
+    finally:
+        await table.aterminate_all()
+    assert len(table) == 0
+    assert await gone(tokens[0])
+
+
+async def test_processes_of_a_sandbox_already_gone_count_as_ended(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer
+) -> None:
+    table = ProcessTable()
+    session = Session(sandbox_config)
+    try:
+        process_id, _ = await table.astart(session, sleeper(uuid.uuid4().hex), wait=0.1)
+        assert process_id in table
+        lizard_local.expire(str(session.sandbox_id))
+        await table.aterminate_all()  # no error: the sandbox ended them
+        assert len(table) == 0
+    finally:
+        await session.adestroy()
 
 
 def test_bad_limits_are_refused() -> None:

@@ -860,6 +860,81 @@ def test_keep_alive_covers_one_operation_longer_than_the_lifetime(
         assert count(lizard_counters, EXTEND) == extensions  # idle: no more extensions
 
 
+KEEPER = "lizard-core-keep-alive"
+
+
+def _keepers() -> set[threading.Thread]:
+    return {thread for thread in threading.enumerate() if thread.name == KEEPER}
+
+
+@pytest.mark.parametrize("end", ["close", "destroy"])
+def test_keep_alive_has_one_thread_per_session_that_ends_with_it(
+    lizard_counters: LocalServer,
+    sandbox_config: SandboxConfig,
+    monkeypatch: pytest.MonkeyPatch,
+    end: str,
+) -> None:
+    from lizard_core.commands import run_command
+
+    started: list[threading.Thread] = []
+    start = threading.Thread.start
+
+    def counted_start(thread: threading.Thread) -> None:
+        if thread.name == KEEPER:
+            started.append(thread)
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", counted_start)
+    before = _keepers()
+    session = Session(sandbox_config.replace(lifetime_ms=2_000), keep_alive=True)
+    try:
+        for _ in range(10):
+            assert run_command(session, ["echo", "hi"]).stdout == b"hi\n"
+        [keeper] = started  # not one per operation
+        assert keeper.is_alive()  # asleep between operations, not ended
+        assert _keepers() - before == {keeper}
+        result = run_command(session, ["sh", "-c", "sleep 5 && echo done"], timeout=30)
+        assert result.stdout == b"done\n"  # the same thread kept it alive through 2.5 lifetimes
+        assert session.sandbox_id in lizard_counters.sandboxes()
+        assert count(lizard_counters, EXTEND) >= 2
+        assert started == [keeper]
+    finally:
+        getattr(session, end)()
+        if end == "close":  # close leaves the sandbox running: end it here
+            sdk = lizard.Sandbox(
+                str(session.sandbox_id),
+                api_key=lizard_counters.api_key,
+                api_url=lizard_counters.url,
+            )
+            sdk.kill()
+    keeper.join(timeout=5)
+    assert not keeper.is_alive()
+    assert not _keepers() - before
+
+
+def test_the_keeper_of_a_session_dropped_unclosed_ends(
+    lizard_local: LocalServer, sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import gc
+
+    from lizard_core import _keep_alive
+    from lizard_core.commands import run_command
+
+    monkeypatch.setattr(_keep_alive, "IDLE_CHECK_S", 0.1)
+    before = _keepers()
+    session = Session(sandbox_config, keep_alive=True)
+    run_command(session, ["true"])
+    sandbox_id = str(session.sandbox_id)
+    [keeper] = _keepers() - before
+    try:
+        del session  # the keeper holds it only weakly
+        gc.collect()
+        keeper.join(timeout=5)
+        assert not keeper.is_alive()
+    finally:
+        lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url).kill()
+
+
 def test_keep_alive_is_off_by_default(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:

@@ -31,6 +31,7 @@ from openai_agents_lizard import (
 PAUSING = LizardSandboxClientOptions(lifetime_ms=300_000, pause_on_exit=True)
 SNAPSHOTS = LizardSandboxClientOptions(lifetime_ms=300_000, workspace_persistence="snapshot")
 PAUSE = "POST /api/sandboxes/{id}/pause"
+EXEC = "POST /api/sandboxes/{id}/exec"
 
 
 def _everything_said(error: BaseException | None) -> str:
@@ -155,6 +156,22 @@ async def test_stop_ends_every_pty_process_and_its_daemon(
         assert not pids_carrying(token)
     finally:
         await client.delete(session)
+
+
+async def test_a_pty_process_whose_end_fails_does_not_stop_the_delete(
+    client: LizardSandboxClient, lizard_local: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    token = "pty-end-fails-7c2a"
+    session = await client.create(options=OPTIONS)
+    await session.start()
+    sandbox_id = session.state.sandbox_id  # type: ignore[attr-defined]
+    kept = await session.pty_exec_start(f"sleep 600 # {token}", yield_time_s=0.25)
+    assert kept.process_id is not None
+    lizard_local.inject_fault(EXEC, status=503, count=1)  # its end fails, transiently
+    await client.delete(session)  # best effort, as the SDK's backends: the delete goes on
+    assert "could not end" in caplog.text
+    assert sandbox_id not in lizard_local.sandboxes()  # destroyed, the process with it
+    assert not pids_carrying(token)
 
 
 async def test_a_zero_yield_time_is_the_sdks_shortest_wait_not_the_default(

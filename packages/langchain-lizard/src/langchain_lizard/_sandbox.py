@@ -12,9 +12,10 @@ lizard-local in ``tests/``, LangChain's standard sandbox suite included):
 - **Across runs.** :meth:`pause` stops a sandbox's billing for compute (files stay, processes
   end) and the next operation, or :meth:`resume`, boots it again; ``close(keep=True)`` pauses and
   leaves it for a later run, which attaches by ``sandbox_id=`` (a paused sandbox is resumed, its
-  lifetime renewed). ``snapshot_id=`` creates the sandbox from a snapshot's files; ``volume=``
-  mounts a named volume (made if absent) at ``/workspace``; ``idle_pause_s=`` pauses it when
-  idle. A gone sandbox is ``SandboxUnavailableError``, never replaced.
+  lifetime renewed); if that pause fails, the sandbox is destroyed, never left running.
+  ``snapshot_id=`` creates the sandbox from a snapshot's files; ``volume=`` mounts a named volume
+  (made if absent) at ``/workspace``; ``idle_pause_s=`` pauses it when idle. A gone sandbox is
+  ``SandboxUnavailableError``, never replaced.
 - **Commands**, one request each, run under ``/bin/sh`` with stderr joined to stdout, so the
   output keeps the order it was written in; a non-zero exit is a result. A timeout (default
   30 minutes) returns the partial output with exit code 124; passing ``output_limit`` stops the
@@ -245,12 +246,12 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         """Stop using the sandbox: destroy it if this backend created it; idempotent.
 
         ``keep=True`` pauses it instead (either kind) for a later run to attach to by
-        :attr:`sandbox_id`.
+        :attr:`sandbox_id`; a sandbox already gone counts as done. If the pause fails, the
+        sandbox is destroyed rather than left running (billing) and the pause's error is raised.
         """
         with sandbox_errors():
             if _check_keep(keep):
-                self._session.pause()
-                self._session.close()
+                self._session.keep_paused()
             else:
                 # Waits for a create in flight (a racing first call's), so it is not left running.
                 self._session.release()
@@ -259,8 +260,7 @@ class LizardSandbox(BaseSandbox, ClosesOnExit):
         """Async :meth:`close`."""
         with sandbox_errors():
             if _check_keep(keep):
-                await self._session.apause()
-                await self._session.aclose()
+                await self._session.akeep_paused()
             else:
                 await self._session.arelease()
 

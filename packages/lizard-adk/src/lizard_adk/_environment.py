@@ -10,7 +10,8 @@ ADK's own ``LocalEnvironment`` tests):
   ``close()`` ADK's ``Runner`` makes through ``EnvironmentToolset``) pauses the sandbox and
   leaves it for a
   later run to attach to by :attr:`~LizardEnvironment.sandbox_id`: its files stay, its
-  processes end, and only its disk bills. Use before ``initialize()`` or
+  processes end, and only its disk bills (a pause that fails destroys it instead, never
+  leaving it running). Use before ``initialize()`` or
   after ``close()`` is a ``RuntimeError``. A sandbox that expired or was killed raises
   ``SandboxGoneError`` and is never replaced (ADK's E2B environment would recreate it, files
   lost); ``keep_alive`` (on by default) extends the lifetime while the environment is used.
@@ -137,8 +138,10 @@ class LizardEnvironment(BaseEnvironment):
         """Destroy the sandbox, unless it was attached to; idempotent.
 
         ``keep=True`` (default: as built) pauses it instead, either kind, and leaves it for a
-        later run: save :attr:`sandbox_id` first. A destroy that fails raises and keeps the
-        sandbox, so ``close()`` can be retried.
+        later run: save :attr:`sandbox_id` first; a sandbox already gone counts as done, and
+        one whose pause fails is destroyed rather than left running (billing), the pause's
+        error raised. A destroy that fails raises and keeps the sandbox, so ``close()`` can be
+        retried.
         """
         keep = self._keep if keep is None else keep
         if type(keep) is not bool:
@@ -148,8 +151,7 @@ class LizardEnvironment(BaseEnvironment):
         if session is None:
             return
         if keep:
-            await session.apause()
-            await session.aclose()
+            await session.akeep_paused()
             self._kept_id = session.sandbox_id
         elif self._attached:
             await session.aclose()

@@ -5,7 +5,8 @@ Contract (proven against lizard-local in ``tests/test_executor.py``, with ADK ``
 - **Sandbox.** One per executor, created by the first block (from ``snapshot_id`` if given, also
   when it replaces an expired one) or attached to with ``sandbox_id`` (a paused one is resumed);
   ``close()`` destroys one it created, ``close(keep=True)`` pauses it for a later run to attach
-  to (its files stay; the first stateful block there says its variables were lost). Building
+  to (its files stay; the first stateful block there says its variables were lost; a failed
+  pause destroys the sandbox rather than leave it running). Building
   it makes no request. Every ADK session of the
   agent shares the sandbox (each with its own namespace): give users their own executor when
   their files must not meet. Keep-alive (on by default) extends it while blocks run; once it
@@ -192,6 +193,8 @@ class LizardCodeExecutor(BaseCodeExecutor):
         """Destroy the sandbox (an attached one keeps running); idempotent.
 
         ``keep=True`` pauses it (either kind) for a later run: save :attr:`sandbox_id` first.
+        A sandbox already gone counts as done; one whose pause fails is destroyed rather than
+        left running (billing), and the pause's error is raised.
         """
         if type(keep) is not bool:
             raise TypeError("keep must be a bool")
@@ -200,8 +203,7 @@ class LizardCodeExecutor(BaseCodeExecutor):
             self._finalizer.detach()
         session = self._box.session
         if keep:
-            session.pause()
-            session.close()
+            session.keep_paused()
         elif self._attached:
             session.close()
         else:

@@ -6,8 +6,11 @@ Contract (the behaviour is :class:`~lizard_core.session.Session`'s, which mixes 
 - A use that comes more than half a lifetime after the deadline was last set calls
   ``set_timeout(lifetime_ms)`` first: at most one request per half lifetime, never one per
   operation, and only one caller sends it.
-- While an operation is in flight (:meth:`KeepAlive.in_use`), a thread extends the lifetime
-  every half lifetime as well; it ends with the last operation or when the session closes.
+- While an operation is in flight (:meth:`KeepAlive.in_use`), the lifetime is extended every
+  half lifetime as well, by the session's one keeper thread: started at its first operation,
+  asleep while none is in flight (an operation costs no thread), ended when the session closes
+  or its sandbox is found gone, or within :data:`IDLE_CHECK_S` of the session being dropped
+  unclosed (the thread holds it only weakly).
 - Best effort: a failed extension is logged and tried again after :data:`RETRY_S`, never raised.
 """
 
@@ -17,13 +20,14 @@ import contextlib
 import logging
 import threading
 import time
+import weakref
 from collections.abc import Iterator
 from typing import Any, Final, TypeVar
 
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import LizardIntegrationError
 
-__all__ = ["RETRY_S", "KeepAlive"]
+__all__ = ["IDLE_CHECK_S", "RETRY_S", "KeepAlive"]
 
 T = TypeVar("T")
 
@@ -31,6 +35,8 @@ _log = logging.getLogger("lizard_core.session")
 
 RETRY_S: Final = 15.0
 """After a failed keep-alive, try again this soon (seconds) rather than half a lifetime later."""
+IDLE_CHECK_S: Final = 30.0
+"""How often (seconds) an idle keeper looks whether its session was dropped without a close."""
 
 
 class KeepAlive:
@@ -40,6 +46,7 @@ class KeepAlive:
     _keep_alive: bool
     _lock: threading.Lock
     _closed: bool
+    _gone: bool
     _sandbox: Any
     _sandbox_id: str | None
     _extend_due: float | None
@@ -100,18 +107,25 @@ class KeepAlive:
     def in_use(self) -> Iterator[None]:
         """Mark an operation in flight for the duration of the block (no request).
 
-        With keep-alive, a thread extends the lifetime every half lifetime while any operation
-        is in flight, so that one call longer than the lifetime (a long command or cell) does
-        not see its sandbox expire under it. The thread ends when the last one does. An
-        operation in flight is also use for the idle pause (:mod:`lizard_core._pausing`).
+        With keep-alive, the session's keeper thread extends the lifetime every half lifetime
+        while any operation is in flight, so that one call longer than the lifetime (a long
+        command or cell) does not see its sandbox expire under it. The first operation starts
+        that thread; later ones only wake it. An operation in flight is also use for the idle
+        pause (:mod:`lizard_core._pausing`).
         """
         with self._lock:
             self._in_flight += 1
-            if self._keep_alive and self._keeper is None:
-                self._keeper = threading.Thread(
-                    target=self._keep_alive_while_busy, name="lizard-core-keep-alive", daemon=True
-                )
-                self._keeper.start()
+            if self._keep_alive and not (self._closed or self._gone):
+                if self._keeper is None:
+                    self._keeper = threading.Thread(
+                        target=_keep_alive_until_closed,
+                        args=(weakref.ref(self), self._keeper_wake),
+                        name="lizard-core-keep-alive",
+                        daemon=True,
+                    )
+                    self._keeper.start()
+                elif self._in_flight == 1:
+                    self._keeper_wake.notify_all()  # it sleeps while nothing is in flight
         try:
             yield
         finally:
@@ -120,17 +134,31 @@ class KeepAlive:
                 self._last_used = time.monotonic()
                 self._keeper_wake.notify_all()
 
-    def _keep_alive_while_busy(self) -> None:
-        while True:
-            with self._lock:
-                while True:
-                    if self._in_flight == 0 or self._closed:
-                        self._keeper = None
-                        return
-                    now = time.monotonic()
-                    due = self._extend_due
-                    if self._sandbox is not None and due is not None and now >= due:
-                        sandbox = self._sandbox
+
+def _keep_alive_until_closed(ref: weakref.ref[KeepAlive], wake: threading.Condition) -> None:
+    """The keeper: extends the session's sandbox while operations are in flight, until it closes.
+
+    It holds the session weakly while it waits (``wake`` is the session's condition), so that a
+    session dropped without a close is still collected, and its keeper ends soon after.
+    """
+    while True:
+        with wake:
+            while True:
+                session = ref()
+                if session is None:
+                    return
+                if session._closed or session._gone:
+                    session._keeper = None
+                    return
+                now, due = time.monotonic(), session._extend_due
+                if session._in_flight and session._sandbox is not None and due is not None:
+                    if now >= due:
+                        sandbox = session._sandbox
                         break
-                    self._keeper_wake.wait(None if due is None else max(due - now, 0.01))
-            self._maybe_extend(sandbox)
+                    timeout = max(due - now, 0.01)
+                else:
+                    timeout = IDLE_CHECK_S  # woken by the next operation or the close
+                del session
+                wake.wait(timeout)
+        session._maybe_extend(sandbox)
+        del session, sandbox

@@ -16,7 +16,9 @@ Contract (proven against lizard-local in ``tests/test_process_table.py``):
   unknown number is ``KeyError``. A process that ended since its last call gives its last
   output and exit code, and a process seen ended is dropped.
 - **Ends.** :meth:`ProcessTable.aterminate_all` ends every kept process (one request each; a
-  sandbox already gone ended them too). Each call is the one request of
+  sandbox already gone ended them too). It tries them all; one whose end failed (a network
+  fault, a refused request) stays kept under its number, so that the next call tries it again,
+  and the first such error is raised once all were tried. Each call is the one request of
   :mod:`lizard_core.interactive`.
 """
 
@@ -27,7 +29,7 @@ import itertools
 import time
 from collections.abc import Mapping, Sequence
 
-from lizard_core.errors import LizardIntegrationError
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError
 from lizard_core.interactive import InteractiveProcess, Update, astart_interactive
 from lizard_core.session import Session
 
@@ -107,10 +109,28 @@ class ProcessTable:
         return update
 
     async def aterminate_all(self) -> None:
-        """End every kept process; the table is empty afterwards."""
-        processes = list(self._kept.values())
-        self._kept.clear()
-        self._used.clear()
-        for process in processes:
-            with contextlib.suppress(LizardIntegrationError):
+        """End every kept process, trying each once; the table keeps only those that failed.
+
+        A process whose sandbox is gone counts as ended. When ending one fails otherwise, the
+        others are still tried, that one stays kept (a later call tries it again), and then
+        the first failure is raised, noted with how many stay kept. A cancellation leaves the
+        processes not yet ended kept too.
+        """
+        failures: list[LizardIntegrationError] = []
+        for process_id, process in list(self._kept.items()):
+            try:
                 await process.aterminate()
+            except SandboxGoneError:
+                pass  # its sandbox, and every process in it, has ended
+            except LizardIntegrationError as error:
+                failures.append(error)
+                continue
+            self._kept.pop(process_id, None)  # a concurrent feed may have dropped it already
+            self._used.pop(process_id, None)
+        if failures:
+            first = failures[0]
+            first.add_note(
+                f"{len(failures)} kept process(es) could not be ended and stay kept: "
+                "aterminate_all() tries them again"
+            )
+            raise first

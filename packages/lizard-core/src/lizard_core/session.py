@@ -179,8 +179,8 @@ class Session(KeepAlive, Pausing, Teardown):
         # monotonic time at which keep-alive should next extend the lifetime
         self._extend_due: float | None = None
         self._transport: Transport | None = None  # the pooled client, made on first use
-        # Operations in flight (see in_use()), and the thread that keeps the sandbox alive
-        # while there are any.
+        # Operations in flight (see in_use()), and the session's one keep-alive thread, which
+        # extends the sandbox while there are any.
         self._in_flight = 0
         self._keeper: threading.Thread | None = None
         self._keeper_wake = threading.Condition(self._lock)
@@ -196,6 +196,7 @@ class Session(KeepAlive, Pausing, Teardown):
         self._boot_notice: str | None = None
         self._last_used = time.monotonic()
         self._idler: threading.Thread | None = None
+        self._pause_failed = False  # keep_paused() could not pause: it destroys instead
         # The first sandbox of this one's line (a fork's source's): kernels are keyed by it, so
         # that a fork which keeps memory finds its source's kernel.
         self._lineage_id: str | None = None
@@ -508,12 +509,20 @@ class Session(KeepAlive, Pausing, Teardown):
 
         A sandbox already gone counts as done. One whose pause fails is destroyed rather than
         left running (billing), and the pause's error is raised. The session is closed either way.
+        If that destroy fails too, its error is raised and a later call tries the destroy again.
         """
+        with self._lock:
+            destroy_only = self._pause_failed
+        if destroy_only:
+            self.destroy()  # idempotent: no request once it has succeeded
+            return
         try:
             self.pause()
         except SandboxGoneError:
             pass
         except LizardIntegrationError:
+            with self._lock:
+                self._pause_failed = True
             self.destroy()
             raise
         self.close()

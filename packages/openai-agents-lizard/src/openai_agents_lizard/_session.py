@@ -21,13 +21,16 @@ Contract (proven against lizard-local in ``tests/``):
   under a terminal when ``tty=True``); each start and each ``pty_write_stdin`` is one request that
   returns the output of its ``yield_time_s``. The SDK's shell tool then offers ``write_stdin``.
   At most the SDK's ``PTY_PROCESSES_MAX`` are kept, the least recently used ended past it (as
-  the SDK's E2B client does); ``stop()`` / ``shutdown()`` end them all.
+  the SDK's E2B client does); ``stop()`` / ``shutdown()`` end them all, best effort as in the
+  SDK's own backends: one that could not be ended is logged and stays kept for the next
+  ``pty_terminate_all()``, and the stop or shutdown goes on (a shutdown ends it with the sandbox).
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import logging
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,6 +81,8 @@ from ._errors import exec_errors, failure_context, workspace_errors
 from ._options import LizardSandboxSessionState
 
 __all__ = ["HYDRATE_MEMBERS", "LizardSandboxSession"]
+
+_log = logging.getLogger(__name__)
 
 HYDRATE_MEMBERS = MAX_MEMBERS
 """Most members a tar to hydrate may hold: one with more is refused, its headers read no further
@@ -272,7 +277,12 @@ class LizardSandboxSession(BaseSandboxSession):
         return self._pty_update(session_id, update, max_output_tokens)
 
     async def pty_terminate_all(self) -> None:
-        await self._ptys.aterminate_all()
+        try:
+            await self._ptys.aterminate_all()
+        except core.LizardIntegrationError as error:
+            # Best effort: the SDK runs this before a shutdown, which must still destroy the
+            # sandbox (ending the process with it). The process stays kept for the next call.
+            _log.warning("could not end every PTY process: %s", error)
 
     # ── files: the path resolved in the sandbox, in the request that moves the bytes ──
 
