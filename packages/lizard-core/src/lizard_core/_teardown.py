@@ -6,6 +6,8 @@ Contract (the session's module docstring states it for users):
   is kept). A 404 counts as done. An acquisition in flight is waited for first.
 - :meth:`Teardown.close` makes no request and leaves the sandbox as it is, running or paused,
   for another session to attach to.
+- :meth:`Teardown.keep_paused` pauses, then closes; a failed pause destroys instead (retried by
+  a later call if that fails too), and a sandbox already gone counts as kept.
 - Either way the session is closed: its pooled connection goes, and every later use raises
   :class:`~lizard_core.errors.SandboxGoneError`.
 """
@@ -22,6 +24,7 @@ from lizard import Sandbox
 from lizard_core._bridge import run_blocking
 from lizard_core._jobs import forget_cleanup
 from lizard_core._transport import Transport
+from lizard_core.errors import LizardIntegrationError, SandboxGoneError
 
 __all__ = ["Teardown"]
 
@@ -44,12 +47,43 @@ class Teardown:
     _created: bool
     _destroy_on_exit: bool | None
     _transport: Transport | None
+    _pause_failed: bool
 
     def api_kwargs(self) -> dict[str, str]:
         raise NotImplementedError
 
     def _call_with_retries(self, fn: Any, /, *args: Any, idempotent: bool, **kwargs: Any) -> Any:
         raise NotImplementedError
+
+    def pause(self) -> None:
+        raise NotImplementedError
+
+    def keep_paused(self) -> None:
+        """Pause the sandbox and stop using it, leaving it paused for a later attach (blocking).
+
+        A sandbox already gone counts as done. One whose pause fails is destroyed rather than
+        left running (billing), and the pause's error is raised. The session is closed either way.
+        If that destroy fails too, its error is raised and a later call tries the destroy again.
+        """
+        with self._lock:
+            destroy_only = self._pause_failed
+        if destroy_only:
+            self.destroy()  # idempotent: no request once it has succeeded
+            return
+        try:
+            self.pause()
+        except SandboxGoneError:
+            pass
+        except LizardIntegrationError:
+            with self._lock:
+                self._pause_failed = True
+            self.destroy()
+            raise
+        self.close()
+
+    async def akeep_paused(self) -> None:
+        """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""
+        await run_blocking(self.keep_paused)
 
     def destroy(self) -> None:
         """Kill the sandbox (blocking); idempotent, and retryable after a failure.

@@ -78,7 +78,6 @@ from lizard_core.checks import check_seconds
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
     MALFORMED_ANSWER,
-    LizardIntegrationError,
     SandboxGoneError,
     malformed_answer,
     translated,
@@ -503,33 +502,6 @@ class Session(KeepAlive, Pausing, Teardown):
         except BaseException:
             await self.arelease()
             raise
-
-    def keep_paused(self) -> None:
-        """Pause the sandbox and stop using it, leaving it paused for a later attach (blocking).
-
-        A sandbox already gone counts as done. One whose pause fails is destroyed rather than
-        left running (billing), and the pause's error is raised. The session is closed either way.
-        If that destroy fails too, its error is raised and a later call tries the destroy again.
-        """
-        with self._lock:
-            destroy_only = self._pause_failed
-        if destroy_only:
-            self.destroy()  # idempotent: no request once it has succeeded
-            return
-        try:
-            self.pause()
-        except SandboxGoneError:
-            pass
-        except LizardIntegrationError:
-            with self._lock:
-                self._pause_failed = True
-            self.destroy()
-            raise
-        self.close()
-
-    async def akeep_paused(self) -> None:
-        """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""
-        await run_blocking(self.keep_paused)
 
     # ── liveness ─────────────────────────────────────────────────────────
 
