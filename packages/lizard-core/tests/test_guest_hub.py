@@ -875,3 +875,49 @@ def test_a_process_whose_name_forges_the_start_time_is_not_a_hub(tmp_path: Path)
     finally:
         hub.kill()
         hub.wait()
+
+
+# A stand-in hub as above that prints the first relay pid written to it, then keeps waiting.
+_LISTENING_HUB = _FAKE_HUB.replace(
+    "time.sleep(120)", "print(os.read(3, 64).decode().strip(), flush=True)\ntime.sleep(120)"
+)
+
+
+def _status_field(pid: int, field: str) -> str:
+    with open(f"/proc/{pid}/status") as status:
+        return next(line.split()[1] for line in status if line.startswith(field + ":"))
+
+
+@pytest.mark.timeout(60)
+def test_the_waiting_relay_is_woken_by_the_nudge_and_acts_on_its_signals(tmp_path: Path) -> None:
+    """The real relay, blocked on ``wait``: ``URG`` interrupts its read (the trap that makes the
+    hub child's nudges wake a relay that noted its last signal too late) and changes nothing."""
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
+    hub = subprocess.Popen(
+        [sys.executable, "-c", _LISTENING_HUB, str(directory), "own"], stdout=subprocess.PIPE
+    )
+    _wait_until(lambda: directory.is_dir() and _hub_in(directory) > 0, "no stand-in hub")
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    relay = subprocess.Popen(guest_argv("print('ran')", ["nudged-call-id"]), env=env)
+    try:
+        assert hub.stdout is not None
+        assert hub.stdout.readline() == f"{relay.pid}\n".encode()
+        _wait_until(lambda: _status_field(relay.pid, "State") == "S", "the relay never waited")
+        caught = int(_status_field(relay.pid, "SigCgt"), 16)
+        for signum in [signal.SIGUSR1, signal.SIGUSR2, signal.SIGURG, *range(35, 45)]:
+            assert caught >> (signum - 1) & 1, signum
+        switches = int(_status_field(relay.pid, "voluntary_ctxt_switches"))
+        relay.send_signal(signal.SIGURG)
+        _wait_until(
+            lambda: int(_status_field(relay.pid, "voluntary_ctxt_switches")) > switches,
+            "URG did not interrupt the relay's read",
+        )
+        time.sleep(0.2)
+        assert relay.poll() is None  # woken, and waiting again
+        relay.send_signal(signal.SIGUSR1)
+        assert relay.wait(timeout=30) == 0
+    finally:
+        relay.kill()
+        relay.wait()
+        hub.kill()
+        hub.wait()
