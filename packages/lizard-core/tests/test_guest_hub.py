@@ -709,6 +709,84 @@ def test_a_relay_woken_into_the_launcher_is_left_to_run_it() -> None:
         assert relay.poll() is None
 
 
+@pytest.fixture
+def local_hub(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of calls outside any sandbox that a live hub of this version serves."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
+    try:
+        subprocess.run(guest_argv("pass", ["warm-up"]), env=env, timeout=60, check=True)
+        _wait_until(lambda: _hub_in(directory), "the launcher started no hub")
+        yield env
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
+_SERVED_BY = "import sys\nassert open('/proc/self/comm').read().strip() == sys.argv[1][:15]\n"
+
+
+def test_ending_calls_by_name_cannot_reach_a_call_that_has_ended(
+    local_hub: dict[str, str],
+) -> None:
+    """A call whose status is sent is no longer named by its id (the agent's ``kill`` looks).
+
+    Its child waits for the relay to act on the status; killed then, it made the hub report a
+    second status on top of the program's own (a stopped relay then exited 2 | 128 + 9 = 139).
+    """
+    text = _SERVED_BY + "import time\ntime.sleep(float(sys.argv[2]))\nsys.exit(2)\n"
+    relay = subprocess.Popen(
+        guest_argv(text, ["ended-call-id", "0.3"]), env=local_hub, stderr=subprocess.PIPE
+    )
+    try:
+        _wait_until(lambda: _named("ended-call-id"), "the hub's child never ran the call")
+        relay.send_signal(signal.SIGSTOP)
+        # Stopped, the relay keeps the status signals pending: the last one says all were sent.
+        _wait_until(lambda: _pending(relay.pid, 43), "the status never reached the relay")
+        for pid in _named("ended-call-id"):  # what ending the call by its id does
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        relay.send_signal(signal.SIGCONT)
+    _, err = relay.communicate(timeout=60)
+    assert (relay.returncode, err) == (2, b"")
+
+
+def _pending(pid: int, signum: int) -> bool:
+    """Whether ``signum`` is pending for process ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) >> signum - 1 & 1:
+            return True
+    return False
+
+
+def test_a_fork_of_the_program_that_returns_does_not_end_the_call(
+    local_hub: dict[str, str],
+) -> None:
+    """Only the call's own process reports its exit status; a fork's return is not the call's."""
+    text = _SERVED_BY + (
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    sys.exit(5)\n"
+        "os.wait()\n"
+        "time.sleep(0.3)\n"
+        "print('parent done')\n"
+    )
+    done = subprocess.run(
+        guest_argv(text, ["fork-call-id"]), env=local_hub, capture_output=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"parent done\n", b"")
+
+
+def _named(name: str) -> list[int]:
+    """The pids of processes whose ``comm`` is ``name``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError):
+            if entry.isdigit() and Path(f"/proc/{entry}/comm").read_text().strip() == name:
+                found.append(int(entry))
+    return found
+
+
 def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
     """Before its pid frame arrives, the host can stop a call only by killing the exec."""
     _until_served(session)

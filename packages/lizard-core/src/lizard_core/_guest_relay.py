@@ -39,7 +39,7 @@ BOOT: Final = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64
 """The ``-c`` program of the launcher and the hub: the hub program travels deflated and base64."""
 
 RELAY: Final = """\
-h=${HOME:-/root} e=0 i= r= p=
+h=${HOME:-/root} e=0 i= r= p= q=
 d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
 trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-' USR2
@@ -53,7 +53,7 @@ trap 'i=1 e=$((e|16))' 39
 trap 'i=1 e=$((e|32))' 40
 trap 'i=1 e=$((e|64))' 41
 trap 'i=1 e=$((e|128))' 42
-trap 'exit $e' 43
+trap 'i=1 q=1' 43
 k() { s=$1 x=${20}; }
 for f in "$d"/hub.*; do p=${f##*/hub.}; done
 t=${p#*.} p=${p%%.*}
@@ -67,7 +67,8 @@ if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   printf '%s\\n' "$$" 2>/dev/null 3<>/proc/self/fd/8/fd/3 >&3
 then
   exec 8<&-
-  while i=; read -r _ <&5 || [ -n "$i" ]; do :; done
+  while i=; read -r _ <&5 || [ -n "$i" ]; do [ -z "$q" ] || exit $e; done
+  [ -z "$q" ] || exit $e
   [ -z "$r" ] || exit 70
 fi
 exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-
@@ -85,7 +86,8 @@ to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. It opens ``/proc/<p
 good: a pid reused after the check would leave it naming the dead hub, so the checks and the
 opens are of the same process. The hub's child ends it with signals:
 ``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
-it), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
+them, from the loop: dash runs pending traps again inside a trap, so a trap that exited could
+run before the last bit's trap had added its bit), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
 started; ``URG``, sent after the last of them until the relay acts on it, only wakes it (a
 signal that lands just before ``read`` blocks runs its trap only once ``read`` returns).
 ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the open cannot

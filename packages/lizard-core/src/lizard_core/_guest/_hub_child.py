@@ -44,8 +44,9 @@ STARTED = 44
 NUDGE = 23
 """``SIGURG``, sent after the last signal until the relay acts on it (:func:`settle`): a no-op trap
 in the relay, and ignored by default, so harmless to the launcher the relay may have become."""
-SETTLE_S = 5.0
-"""How long a spare keeps waking a relay that has not acted on its last signal."""
+SETTLE_S = 60.0
+"""How long a spare keeps waking a relay that has not acted on its last signal (one stopped or
+traced at the wrong moment acts once it runs again, if that is within this time)."""
 SIGUSR1 = 10
 SIGUSR2 = 12
 _GETFD = 438  # pidfd_getfd(2), the same number on every Linux architecture
@@ -205,7 +206,7 @@ def settle(relay: int, proc: int, pidfd: int, name: bytes, within: float) -> Non
             return
         if time.monotonic() > deadline or not signal_relay(relay, proc, NUDGE, pidfd):
             return
-        delay = min(delay * 2, 0.05)
+        delay = min(delay * 2, 1.0)
 
 
 def end_relay(relay: int, proc: int, signals: List[int], pidfd: int, within: float) -> None:
@@ -264,7 +265,13 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) 
         end_relay(relay, proc, [SIGUSR2], pidfd, SETTLE_S)
         os._exit(NOT_STARTED)
     name(argv[1][:15])
+    me = os.getpid()
     status = run_main(code, argv)
+    if os.getpid() != me:
+        os._exit(status)  # a fork of the program's that returned: the relay is not its to end
+    # Done: no longer the call's process for whoever ends calls by name (the agent's ``kill``),
+    # since a signal now would make the hub report a second status.
+    name("lizard-ending")
     # The exec ends once the relay exited and its stdout and stderr are closed: close ours
     # first, so that it need not wait for this process to be torn down.
     null = os.open(os.devnull, os.O_RDWR)
