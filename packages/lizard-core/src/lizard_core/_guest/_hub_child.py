@@ -40,6 +40,8 @@ EXIT_NOW = 43
 """After the bits: the relay exits with them (delivered last: the highest of the numbers)."""
 STARTED = 44
 """The program is about to run: from now on the relay never falls back."""
+OUTLIVE_S = 1.0
+"""How long a child that has sent its status waits for its relay to exit before it exits too."""
 SIGUSR1 = 10
 SIGUSR2 = 12
 _GETFD = 438  # pidfd_getfd(2), the same number on every Linux architecture
@@ -223,7 +225,27 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) 
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     send_status(relay, proc, status, pidfd)
+    outlive(pidfd)
     os._exit(status)
+
+
+def outlive(pidfd: int) -> None:
+    """Return once the relay has exited (at most :data:`OUTLIVE_S`), the program being done.
+
+    The call ends when its relay exits, and tearing down this forked interpreter costs more CPU
+    than the relay's whole exit: on a busy machine the two would compete, so this process waits.
+    The hub hangs up on a child whose relay is gone: ignored, the program has ended.
+    """
+    import select
+    import signal
+
+    if pidfd < 0:
+        return
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    try:
+        select.select([pidfd], [], [], OUTLIVE_S)
+    except (OSError, ValueError):
+        pass
 
 
 def name(text: str) -> None:
@@ -246,18 +268,18 @@ def rehearse() -> None:
 
     json.loads(json.dumps({"t": "pid", "pid": 1, "e": [None, 1.5, "x", True]}))
     dict(os.environb)
-    # A thread started and joined leaves its stack in the C library's cache for the job's
-    # heartbeat thread; a pipe and a selector touch what a command's supervision will.
-    import selectors
+    # A thread started and joined leaves its stack in the C library's cache for a file
+    # operation's heartbeat thread; a pipe and a poll touch what a command's supervision will.
+    import select
     import threading
 
     thread = threading.Thread(target=int)
     thread.start()
     thread.join()
     ends = os.pipe()
-    with selectors.DefaultSelector() as selector:
-        selector.register(ends[0], selectors.EVENT_READ)
-        selector.select(0)
+    poller = select.poll()
+    poller.register(ends[0], select.POLLIN)
+    poller.poll(0)
     for fd in ends:
         os.close(fd)
 
