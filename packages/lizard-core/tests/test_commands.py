@@ -346,6 +346,20 @@ def test_a_program_that_cannot_start_reports_its_errno(module_session: Any) -> N
     assert run_command(module_session, ["true"]).start_errno is None
 
 
+def test_the_path_search_passes_over_what_cannot_run(module_session: Any, scratch: str) -> None:
+    import errno
+
+    # As execvp does: a candidate that is not executable gives way to a later one, and its
+    # error is the one reported when no candidate starts.
+    setup = f"mkdir -p {scratch}/a {scratch}/b && echo x > {scratch}/a/tool && "
+    setup += f"printf '#!/bin/sh\\necho from-b\\n' > {scratch}/b/tool && chmod +x {scratch}/b/tool"
+    assert run_command(module_session, ["sh", "-c", setup]).exit_code == 0
+    both = run_command(module_session, ["tool"], env={"PATH": f"{scratch}/a:{scratch}/b"})
+    assert (both.exit_code, both.stdout) == (0, b"from-b\n")
+    only = run_command(module_session, ["tool"], env={"PATH": f"/nowhere:{scratch}/a"})
+    assert (only.exit_code, only.start_errno) == (126, errno.EACCES)
+
+
 def test_a_missing_cwd_is_file_not_found(module_session: Any, scratch: str) -> None:
     with pytest.raises(FileNotFoundError):
         run_command(module_session, ["pwd"], cwd=f"{scratch}/missing")

@@ -50,7 +50,7 @@ def test_the_program_is_python_3_8_code_in_both_forms() -> None:
     assert "# " not in compact
     assert "typing" not in compact
     assert len(compact) < 0.7 * len(source("agent"))
-    assert len(compact) < 16 * 1024
+    assert len(compact) < 20 * 1024  # 2 KiB of it start a command without Popen (_agent_spawn)
 
 
 def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> list[dict[str, Any]]:

@@ -62,8 +62,16 @@ def heartbeat(interval: float) -> None:
     """Keep the stream alive while an operation is silent (httpx times out idle reads)."""
     while not _host_gone:
         time.sleep(interval / 4)
-        if time.monotonic() - _last_write[0] >= interval:
-            emit({"t": "hb"})
+        beat(interval)
+
+
+def beat(interval: float) -> float:
+    """An ``hb`` frame if nothing was written for ``interval`` s; the seconds until one is due."""
+    idle = time.monotonic() - _last_write[0]
+    if idle < interval:
+        return interval - idle
+    emit({"t": "hb"})
+    return interval
 
 
 def b64(data: bytes) -> str:

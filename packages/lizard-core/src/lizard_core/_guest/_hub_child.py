@@ -303,18 +303,18 @@ def rehearse() -> None:
 
     json.loads(json.dumps({"t": "pid", "pid": 1, "e": [None, 1.5, "x", True]}))
     dict(os.environb)
-    # A thread started and joined leaves its stack in the C library's cache for the job's
-    # heartbeat thread; a pipe and a selector touch what a command's supervision will.
-    import selectors
+    # A thread started and joined leaves its stack in the C library's cache for a file
+    # operation's heartbeat thread; a pipe and a poll touch what a command's supervision will.
+    import select
     import threading
 
     thread = threading.Thread(target=int)
     thread.start()
     thread.join()
     ends = os.pipe()
-    with selectors.DefaultSelector() as selector:
-        selector.register(ends[0], selectors.EVENT_READ)
-        selector.select(0)
+    poller = select.poll()
+    poller.register(ends[0], select.POLLIN)
+    poller.poll(0)
     for fd in ends:
         os.close(fd)
 

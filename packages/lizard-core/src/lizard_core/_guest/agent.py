@@ -49,6 +49,7 @@ from ._agent_files import (
 from ._agent_frames import (
     COPY_BYTES,
     HEARTBEAT_S,
+    beat,
     emit,
     emit_data,
     ensure_dir,
@@ -57,6 +58,7 @@ from ._agent_frames import (
     packed_fit,
     sent_bytes,
 )
+from ._agent_spawn import reap, start_command
 from ._prelude import cleanup
 
 
@@ -142,8 +144,6 @@ def op_run(req: Frame) -> Frame:
     ``cwd``: where the command started, symlinks resolved, and ``se``: the errno of a program
     that could not be started (None when it started).
     """
-    import subprocess
-
     argv = req["argv"]
     cwd = command_cwd(req)
     env = dict(os.environ)
@@ -160,18 +160,7 @@ def op_run(req: Frame) -> Frame:
     stop: List[int] = []
     wake_r = catch_stop_signals(stop)
     try:
-        proc = subprocess.Popen(
-            argv,
-            cwd=cwd,
-            env=env,
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            # Its own session and process group: timeout and cancellation kill exactly this
-            # group, never what the command detached into a session of its own.
-            start_new_session=True,
-            **run_as(identity),
-        )
+        proc = start_command(argv, cwd, env, stdin is not None, run_as(identity))
     except OSError as exc:
         if exc.errno == errno.E2BIG:
             raise  # the builtin error on the host, as a local execve gives it
@@ -180,15 +169,14 @@ def op_run(req: Frame) -> Frame:
         message = ("%s: %s\n" % (argv[0], why)).encode("utf-8", "surrogateescape")
         emit_data("o", message, {"s": 2})
         return {"rc": code, "n": [0, len(message)], "sp": [None, None], "cwd": cwd, "se": exc.errno}
-    if proc.stdin is not None:
+    if proc[1] is not None:
         # The thread owns the pipe's write end from here on.
         pieces: List[str] = req["pieces"] if stdin == "inline" else []
         staged: List[str] = [] if stdin == "inline" else list(stdin or [])
-        _thread.start_new_thread(feed_stdin, (os.dup(proc.stdin.fileno()), pieces, staged))
-        proc.stdin.close()
-    emit({"t": "start", "pg": proc.pid})
+        _thread.start_new_thread(feed_stdin, (proc[1], pieces, staged))
+    emit({"t": "start", "pg": proc[0]})
     output = CommandOutput(req)
-    rc, timed_out = supervise(proc, output, stop, wake_r, req.get("timeout"))
+    rc, timed_out = supervise(proc, output, stop, wake_r, req.get("timeout"), req["hb"])
     output.close()
     return {
         "rc": exit_code(rc),
@@ -309,22 +297,29 @@ class CommandOutput:
 
 
 def supervise(
-    proc: Any, output: CommandOutput, stop: List[int], wake_r: int, timeout: Optional[float]
+    proc: List[Any],
+    output: CommandOutput,
+    stop: List[int],
+    wake_r: int,
+    timeout: Optional[float],
+    interval: float,
 ) -> Tuple[int, bool]:
-    """Pump the command's output until it has exited; return its code and whether it timed out.
+    """Pump the output of ``proc`` until it has exited; its code, and whether it timed out.
 
-    The command's group is killed past its timeout or output limit, or when asked to stop.
+    ``proc`` is a started command (``_agent_spawn``). Its group is killed past its timeout or
+    output limit, or when asked to stop; an ``hb`` frame goes out whenever nothing was written
+    for ``interval`` seconds.
     """
-    import selectors
+    import select
     import signal
 
-    pgid = proc.pid
-    sel = selectors.DefaultSelector()
-    sel.register(wake_r, selectors.EVENT_READ, 0)
-    pipes = {1: proc.stdout.fileno(), 2: proc.stderr.fileno()}
-    for index, fd in pipes.items():
+    pgid = proc[0]
+    poller = select.poll()
+    poller.register(wake_r, select.POLLIN)
+    pipes = {proc[2]: 1, proc[3]: 2}
+    for fd in pipes:
         os.set_blocking(fd, False)
-        sel.register(fd, selectors.EVENT_READ, index)
+        poller.register(fd, select.POLLIN)
     started = time.monotonic()
     deadline: Optional[float] = None if timeout is None else started + timeout
     timed_out = False
@@ -335,7 +330,7 @@ def supervise(
     while True:
         now = time.monotonic()
         if rc is None:
-            rc = proc.poll()
+            rc = reap(proc, False)
             if rc is not None:
                 exited_at = last_data = now
         if (output.over or (deadline is not None and now >= deadline)) and rc is None:
@@ -347,7 +342,7 @@ def supervise(
             kill_group(pgid, signal.SIGTERM)
         if stop_at is not None and now - stop_at > 1.0:
             kill_group(pgid, signal.SIGKILL)
-        if len(sel.get_map()) == 1:
+        if not pipes:
             if rc is not None:
                 break
         elif exited_at is not None and (now - last_data > 0.1 or now - exited_at > 1.0):
@@ -355,10 +350,11 @@ def supervise(
             # must not hold up the result.
             break
         wait = 0.05 if (exited_at is not None or stop_at is not None) else 1.0
+        wait = min(wait, beat(interval))
         if deadline is not None:
             wait = min(wait, max(deadline - now, 0))
-        for key, _ in sel.select(wait):
-            if key.data == 0:
+        for fd, _ in poller.poll(int(wait * 1000) + 1):
+            if fd == wake_r:
                 try:
                     while os.read(wake_r, 512):
                         pass
@@ -366,18 +362,19 @@ def supervise(
                     pass
                 continue
             try:
-                data = os.read(key.fd, 65536)
+                data = os.read(fd, 65536)
             except BlockingIOError:
                 continue
             if data:
                 last_data = time.monotonic()
-                output.take(key.data, data)
+                output.take(pipes[fd], data)
             else:
-                sel.unregister(key.fd)
-    if rc is None:
-        rc = proc.wait()
-    proc.stdout.close()
-    proc.stderr.close()
+                poller.unregister(fd)
+                del pipes[fd]
+    while rc is None:
+        rc = reap(proc, True)
+    os.close(proc[2])
+    os.close(proc[3])
     return rc, timed_out
 
 
@@ -432,7 +429,9 @@ def main() -> None:
     req = json.loads(binascii.a2b_base64("".join(sys.argv[3 : 3 + parts])))
     req["call"] = call
     req["pieces"] = sys.argv[3 + parts :]
-    _thread.start_new_thread(heartbeat, (req.get("hb", HEARTBEAT_S),))
+    req.setdefault("hb", HEARTBEAT_S)
+    if req.get("op") != "run":  # a command's supervision sends its own heartbeats
+        _thread.start_new_thread(heartbeat, (req["hb"],))
     if req.get("rm"):
         cleanup(req["rm"])
     try:
