@@ -84,12 +84,13 @@ shift the fields after it, so that another could pass for the start time)
 to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. It opens ``/proc/<pid>`` once (fd
 8) and reads the stat and opens both pipes through that descriptor, which names one process for
 good: a pid reused after the check would leave it naming the dead hub, so the checks and the
-opens are of the same process. The hub's child ends it with signals:
-``USR1`` (exit 0), one real-time signal per bit of another exit code then signal 43 (exit with
-them, from the loop: dash runs pending traps again inside a trap, so a trap that exited could
-run before the last bit's trap had added its bit), ``USR2`` (run the launcher after all, nothing having run); signal 44 says the program
-started; ``URG``, sent after the last of them until the relay acts on it, only wakes it (a
-signal that lands just before ``read`` blocks runs its trap only once ``read`` returns).
+opens are of the same process. The hub's child ends it with signals: ``USR1`` (exit 0), one
+real-time signal per bit of another exit code then signal 43 (exit with them, from the loop:
+dash runs pending traps again inside a trap, so a trap that exited could run before the last
+bit's trap had added its bit), ``USR2`` (run the launcher after all, nothing having run); signal
+44 says the program started; ``URG``, sent after the last of them until the relay acts on it,
+only wakes it (a signal that lands just before ``read`` blocks runs its trap only once ``read``
+returns).
 ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the open cannot
 block when the hub and its children are gone at that very moment. End of file on
 ``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
