@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from PIL import Image
-from smolagents import ActionStep, CodeAgent, ToolCallingAgent, tool
+from smolagents import ActionStep, CodeAgent, Tool, ToolCallingAgent, tool
+from smolagents.default_tools import FinalAnswerTool
 from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentError
 from smolagents_support import ScriptedModel, code, recording_logger
@@ -538,6 +539,43 @@ def test_one_request_per_step(make_executor: MakeExecutor, local_server: LocalSe
     routes.pop("GET /api/projects", None)  # the SDK resolves the project once per process
     assert execs == 1 + 5  # the tools, then one per step
     assert routes == {"POST /api/sandboxes": 1}
+
+
+class _UnserializableTool(Tool):  # type: ignore[misc]  # smolagents is untyped
+    name = "scale"
+    description = "Repeats a text."
+    inputs = {"text": {"type": "string", "description": "the text"}}  # noqa: RUF012
+    output_type = "string"
+
+    def __init__(self, factor: int) -> None:  # smolagents cannot write this tool's code
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, text: str) -> str:
+        return text * self.factor
+
+
+def test_a_tool_smolagents_cannot_serialize_fails_before_any_request(
+    make_executor: MakeExecutor, local_server: LocalServer
+) -> None:
+    executor = make_executor()
+    with pytest.raises(ValueError, match="must have default values"):
+        executor.send_tools({"scale": _UnserializableTool(2)})
+    assert executor.sandbox_id is None
+    assert local_server.counters()["total"] == 0
+
+
+def test_a_new_executors_start_is_two_requests(
+    make_executor: MakeExecutor, local_server: LocalServer
+) -> None:
+    # The create runs while smolagents writes the tools' code; the set-up cell is the exec.
+    executor = make_executor()
+    executor.send_variables(variables={})
+    executor.send_tools({"final_answer": FinalAnswerTool()})
+    routes = local_server.counters()["routes"]
+    routes.pop("GET /api/projects", None)  # the SDK resolves the project once per process
+    assert routes == {"POST /api/sandboxes": 1, "POST /api/sandboxes/{id}/exec": 1}
+    assert executor("final_answer(6 * 7)").output == 42
 
 
 def test_the_constructor_makes_no_request(local_server: LocalServer) -> None:

@@ -362,6 +362,9 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
             name: set(tool.to_dict()["requirements"]) - {"smolagents"}
             for name, tool in tools.items()
         }
+        # The tools serialized (so a bad one has raised, with nothing created): the sandbox is
+        # created while smolagents writes their definitions again below.
+        self._session.open_ahead()
         # What only final_answer needs is optional there (see drop_optional_imports).
         others = set().union(*(reqs for name, reqs in needs.items() if name != "final_answer"))
         optional = (OPTIONAL_MODULES & needs.get("final_answer", set())) - others
