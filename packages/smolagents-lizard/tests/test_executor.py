@@ -6,7 +6,10 @@ Every test runs on both templates (``base``: no Jupyter; ``interpreter``).
 from __future__ import annotations
 
 import _thread
+import datetime
+import decimal
 import gc
+import pathlib
 import signal
 import threading
 import time
@@ -89,6 +92,23 @@ def test_final_answer_returns_plain_values(
     _, result = run_agent(code(f"final_answer({expression})"))
     assert result == expected
     assert isinstance(result, type(expected))  # smolagents returns str as its AgentText
+
+
+def test_final_answer_serializes_with_its_own_imports_only(run_agent: RunAgent) -> None:
+    # The set-up cell leaves out the imports smolagents hoists from final_answer's functions,
+    # which import what they use themselves: every kind of value still comes back.
+    names = ("pickle", "json", "pathlib", "dataclasses", "decimal", "base64", "io")
+    unbound = f"[n for n in {names!r} if n in globals()]"
+    values = (
+        "import datetime as dt, decimal as dc, pathlib as pl\n"
+        "final_answer([b'\\x00b', (1, 2), {3}, dt.date(2026, 12, 2), dc.Decimal('1.5'), "
+        f"pl.Path('/tmp/x'), {unbound}])"
+    )
+    _, result = run_agent(code(values))
+    data, pair, group, day, amount, path, bound = result
+    assert (data, pair, group, day) == (b"\x00b", (1, 2), {3}, datetime.date(2026, 12, 2))
+    assert (amount, path) == (decimal.Decimal("1.5"), pathlib.Path("/tmp/x"))
+    assert bound == []  # none of them bound in the namespace before a step imports them
 
 
 def test_final_answer_returns_a_pil_image(run_agent: RunAgent, third_party: str) -> None:
