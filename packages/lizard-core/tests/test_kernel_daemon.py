@@ -670,6 +670,17 @@ def test_a_daemon_that_never_listens_is_stopped_at_the_start_timeout(kernel: Gue
     assert not _alive(pid)
 
 
+@pytest.mark.parametrize("key", ["", ".", "..", "a/b"])
+def test_a_key_that_is_not_one_directory_name_is_refused(kernel: GuestKernel, key: str) -> None:
+    frames = kernel.request("execute", {"op": "execute", "code": "1"}, key=key)
+    error = frames[-1]["error"]
+    assert error["name"] == "KernelUnavailable"
+    assert "bad kernel key" in error["message"]
+    assert not kernel.directory.parent.exists() or not any(
+        p.name.startswith("kernel_daemon-") for p in kernel.directory.parent.iterdir()
+    )
+
+
 def test_the_daemon_runs_detached_in_its_own_session(kernel: GuestKernel) -> None:
     out = kernel.execute(
         "import os\n"

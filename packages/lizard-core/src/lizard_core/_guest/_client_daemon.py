@@ -48,6 +48,8 @@ def private_dir(path: str) -> str:
 
 
 def kernel_dir(key: str) -> str:
+    if not key or "/" in key or key in (".", ".."):
+        raise Refused("bad kernel key %r" % (key,))
     root = os.environ.get("TMPDIR") or "/tmp"
     base = private_dir(os.path.join(root, ".lizard-kernel-%d" % os.getuid()))
     return private_dir(os.path.join(base, key))

@@ -413,11 +413,12 @@ def begin_early(argv: List[str]) -> Tuple[Optional[str], Optional[Opening]]:
 
     Before ``json`` is imported; any failure is left for :func:`main` to meet and report.
     """
+    req = request_args({}, argv)
     try:
-        directory = kernel_dir(argv[1])
-        if argv[0] not in OPENS:
+        directory = kernel_dir(req["key"])
+        if req["op"] not in OPENS:
             return directory, None
-        return directory, begin_open(directory, request_args({}, argv))
+        return directory, begin_open(directory, req)
     except (Refused, NeedSource, OSError):
         return None, None
 
