@@ -670,6 +670,26 @@ def test_a_daemon_that_never_listens_is_stopped_at_the_start_timeout(kernel: Gue
     assert not _alive(pid)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_with_one_cpu_the_daemon_compiles_its_own_file(kernel: GuestKernel) -> None:
+    # The client sends no code where nothing would run side by side; the loader compiles the
+    # daemon's file itself, and the kernel works as ever (its functions' file is that file).
+    body = {"op": "execute", "code": "import sys\nsys.argv", "timeout": 10, "grace": 1}
+    proc = subprocess.run(
+        kernel.argv("execute", body),
+        capture_output=True,
+        env=kernel.env,
+        timeout=60,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    outcome = Outcome([json.loads(line) for line in proc.stdout.splitlines()])
+    assert outcome.error is None
+    daemon_file = next(kernel.directory.glob("kernel_daemon-*.py"))
+    assert outcome.value == {"text/plain": repr([str(daemon_file), str(kernel.directory), ""])}
+    assert "ZeroDivisionError" in str(kernel.execute("1 / 0").error)
+
+
 @pytest.mark.parametrize("key", ["", ".", "..", "a/b"])
 def test_a_key_that_is_not_one_directory_name_is_refused(kernel: GuestKernel, key: str) -> None:
     frames = kernel.request("execute", {"op": "execute", "code": "1"}, key=key)
