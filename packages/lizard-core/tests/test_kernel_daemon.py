@@ -1,7 +1,8 @@
 """The guest side of the kernel, run directly: kernel_client and kernel_daemon as local processes.
 
 Each test drives the compact client program exactly as the host sends it (``python3 -I -S -c
-<program> <call id> <k> <request part>``) and reads its frame lines; no emulator is involved, so
+<program> <call id> <k> <request part> <op> <key> <daemon_sha> <cwd> <daemon>``) and reads its
+frame lines; no emulator is involved, so
 these are the fast tests of the guest half. ``test_kernel.py`` covers the host API through
 lizard-local.
 """
@@ -31,6 +32,7 @@ from lizard_core.guest import ARG_PART
 
 Frame = dict[str, Any]
 LINE_SPLIT = 64 * 1024
+NAMED = ("op", "key", "daemon_sha", "cwd", "daemon")
 
 
 def _daemon_source() -> tuple[str, str]:
@@ -60,11 +62,15 @@ class GuestKernel:
         if body is not None:
             req["body"] = body
         req.update(extra)
+        # The operation and the daemon travel as plain argv items after the request, as the
+        # host sends them; the rest as JSON.
+        named = [str(req.pop(name, None) or "") for name in NAMED]
         encoded = base64.b64encode(json.dumps(req).encode()).decode()
         # Split over argv items as the host does (one argument is limited to 128 KiB).
         parts = [encoded[i : i + ARG_PART] for i in range(0, len(encoded), ARG_PART)]
         program_text = program("kernel_client")
-        return [self.python, "-I", "-S", "-c", program_text, "call1", str(len(parts)), *parts]
+        argv = ["call1", str(len(parts)), *parts, *named]
+        return [self.python, "-I", "-S", "-c", program_text, *argv]
 
     def request(self, op: str, body: Frame | None = None, **extra: Any) -> list[Frame]:
         proc = subprocess.run(
@@ -662,6 +668,48 @@ def test_a_daemon_that_never_listens_is_stopped_at_the_start_timeout(kernel: Gue
     assert "did not start in time" in error["message"]
     pid = kernel.daemon_pid()
     assert not _alive(pid)
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs CPU affinity")
+def test_with_one_cpu_the_daemon_compiles_its_own_file(kernel: GuestKernel) -> None:
+    # The client sends no code where nothing would run side by side; the loader compiles the
+    # daemon's file itself, and the kernel works as ever (its functions' file is that file).
+    body = {"op": "execute", "code": "import sys\nsys.argv", "timeout": 10, "grace": 1}
+    proc = subprocess.run(
+        kernel.argv("execute", body),
+        capture_output=True,
+        env=kernel.env,
+        timeout=60,
+        preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}),
+    )
+    assert proc.returncode == 0, proc.stderr.decode()
+    outcome = Outcome([json.loads(line) for line in proc.stdout.splitlines()])
+    assert outcome.error is None
+    daemon_file = next(kernel.directory.glob("kernel_daemon-*.py"))
+    assert outcome.value == {"text/plain": repr([str(daemon_file), str(kernel.directory), ""])}
+    assert "ZeroDivisionError" in str(kernel.execute("1 / 0").error)
+
+
+@pytest.mark.parametrize("key", ["", ".", "..", "a/b"])
+def test_a_key_that_is_not_one_directory_name_is_refused(kernel: GuestKernel, key: str) -> None:
+    frames = kernel.request("execute", {"op": "execute", "code": "1"}, key=key)
+    error = frames[-1]["error"]
+    assert error["name"] == "KernelUnavailable"
+    assert "bad kernel key" in error["message"]
+    assert not kernel.directory.parent.exists() or not any(
+        p.name.startswith("kernel_daemon-") for p in kernel.directory.parent.iterdir()
+    )
+
+
+def test_the_daemon_runs_detached_in_its_own_session(kernel: GuestKernel) -> None:
+    out = kernel.execute(
+        "import os\n"
+        "print(os.getsid(0) == os.getpid() == os.getpgid(0), os.readlink('/proc/self/fd/0'))"
+    )
+    assert out.error is None
+    assert out.stdout == f"True {os.devnull}\n"
+    log = (kernel.directory / "daemon.log").read_text()
+    assert f"listening, pid {kernel.daemon_pid()}" in log  # its stdout and stderr
 
 
 def test_the_daemon_keeps_no_descriptor_of_its_start(kernel: GuestKernel) -> None:

@@ -355,6 +355,57 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
         session.sandbox()
 
 
+def test_open_ahead_creates_once_in_the_background(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
+) -> None:
+    with Session(sandbox_config) as session:
+        session.open_ahead()
+        session.open_ahead()  # under way: nothing more
+        wait_for(lambda: session.sandbox_id is not None)
+        assert session.sandbox_id in lizard_counters.sandboxes()
+        sandbox = session.sandbox()
+        session.open_ahead()  # there: nothing more
+        assert session.sandbox() is sandbox
+        assert count(lizard_counters, CREATE) == 1
+    assert session.sandbox_id not in lizard_counters.sandboxes()
+
+
+@pytest.mark.usefixtures("restore_latency")
+def test_destroy_during_an_open_ahead_removes_the_new_sandbox(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
+) -> None:
+    lizard_counters.set_latency(300)
+    session = Session(sandbox_config)
+    session.open_ahead()
+    wait_for(lambda: count(lizard_counters, CREATE) == 1)
+    session.destroy()
+    assert session.sandbox_id is not None
+    assert session.sandbox_id not in lizard_counters.sandboxes()
+    session.open_ahead()  # destroyed: nothing
+    assert count(lizard_counters, CREATE) == 1
+
+
+@pytest.mark.parametrize("wait", [True, False], ids=["failed-before-use", "fails-during-use"])
+def test_a_failed_open_ahead_is_the_next_callers_error_once(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, wait: bool
+) -> None:
+    lizard_counters.inject_fault(CREATE, status=429, count=1, retry_after_s=5)
+    session = Session(sandbox_config)
+    session.open_ahead()
+    assert "state=opening" in repr(session)
+    if wait:
+        wait_for(lambda: "state=lazy" in repr(session))  # the create failed
+    with pytest.raises(QuotaError) as caught:
+        session.sandbox()
+    assert caught.value.retry_after == 5
+    assert count(lizard_counters, CREATE) == 1  # not retried behind the caller's back
+    try:
+        session.sandbox()  # the caller's own next use tries again
+        assert count(lizard_counters, CREATE) == 2
+    finally:
+        session.destroy()
+
+
 # ── attach never replaces ────────────────────────────────────────────────
 
 

@@ -6,7 +6,10 @@ Every test runs on both templates (``base``: no Jupyter; ``interpreter``).
 from __future__ import annotations
 
 import _thread
+import datetime
+import decimal
 import gc
+import pathlib
 import signal
 import threading
 import time
@@ -16,7 +19,8 @@ from typing import Any
 
 import pytest
 from PIL import Image
-from smolagents import ActionStep, CodeAgent, ToolCallingAgent, tool
+from smolagents import ActionStep, CodeAgent, Tool, ToolCallingAgent, tool
+from smolagents.default_tools import FinalAnswerTool
 from smolagents.monitoring import LogLevel
 from smolagents.utils import AgentError
 from smolagents_support import ScriptedModel, code, recording_logger
@@ -88,6 +92,23 @@ def test_final_answer_returns_plain_values(
     _, result = run_agent(code(f"final_answer({expression})"))
     assert result == expected
     assert isinstance(result, type(expected))  # smolagents returns str as its AgentText
+
+
+def test_final_answer_serializes_with_its_own_imports_only(run_agent: RunAgent) -> None:
+    # The set-up cell leaves out the imports smolagents hoists from final_answer's functions,
+    # which import what they use themselves: every kind of value still comes back.
+    names = ("pickle", "json", "pathlib", "dataclasses", "decimal", "base64", "io")
+    unbound = f"[n for n in {names!r} if n in globals()]"
+    values = (
+        "import datetime as dt, decimal as dc, pathlib as pl\n"
+        "final_answer([b'\\x00b', (1, 2), {3}, dt.date(2026, 12, 2), dc.Decimal('1.5'), "
+        f"pl.Path('/tmp/x'), {unbound}])"
+    )
+    _, result = run_agent(code(values))
+    data, pair, group, day, amount, path, bound = result
+    assert (data, pair, group, day) == (b"\x00b", (1, 2), {3}, datetime.date(2026, 12, 2))
+    assert (amount, path) == (decimal.Decimal("1.5"), pathlib.Path("/tmp/x"))
+    assert bound == []  # none of them bound in the namespace before a step imports them
 
 
 def test_final_answer_returns_a_pil_image(run_agent: RunAgent, third_party: str) -> None:
@@ -538,6 +559,43 @@ def test_one_request_per_step(make_executor: MakeExecutor, local_server: LocalSe
     routes.pop("GET /api/projects", None)  # the SDK resolves the project once per process
     assert execs == 1 + 5  # the tools, then one per step
     assert routes == {"POST /api/sandboxes": 1}
+
+
+class _UnserializableTool(Tool):  # type: ignore[misc]  # smolagents is untyped
+    name = "scale"
+    description = "Repeats a text."
+    inputs = {"text": {"type": "string", "description": "the text"}}  # noqa: RUF012
+    output_type = "string"
+
+    def __init__(self, factor: int) -> None:  # smolagents cannot write this tool's code
+        super().__init__()
+        self.factor = factor
+
+    def forward(self, text: str) -> str:
+        return text * self.factor
+
+
+def test_a_tool_smolagents_cannot_serialize_fails_before_any_request(
+    make_executor: MakeExecutor, local_server: LocalServer
+) -> None:
+    executor = make_executor()
+    with pytest.raises(ValueError, match="must have default values"):
+        executor.send_tools({"scale": _UnserializableTool(2)})
+    assert executor.sandbox_id is None
+    assert local_server.counters()["total"] == 0
+
+
+def test_a_new_executors_start_is_two_requests(
+    make_executor: MakeExecutor, local_server: LocalServer
+) -> None:
+    # The create runs while smolagents writes the tools' code; the set-up cell is the exec.
+    executor = make_executor()
+    executor.send_variables(variables={})
+    executor.send_tools({"final_answer": FinalAnswerTool()})
+    routes = local_server.counters()["routes"]
+    routes.pop("GET /api/projects", None)  # the SDK resolves the project once per process
+    assert routes == {"POST /api/sandboxes": 1, "POST /api/sandboxes/{id}/exec": 1}
+    assert executor("final_answer(6 * 7)").output == 42
 
 
 def test_the_constructor_makes_no_request(local_server: LocalServer) -> None:

@@ -467,23 +467,21 @@ class Kernel(ClosesOnExit):
         staged: list[str] | None = None,
     ) -> Frame:
         version, payload = _daemon_payload()
-        request: Frame = {
-            "op": op,
-            "key": self._key(sandbox),
-            "daemon_sha": version,
-            "cwd": self._cwd,
-            "start_timeout": START_ALLOWANCE_S,
-        }
-        if not self._daemon_sent:
-            request["daemon"] = payload
+        request: Frame = {"start_timeout": START_ALLOWANCE_S}
         if staged:
             request["staged"] = staged
         elif body is not None:
             request["body"] = body
+        # Plain argv items after the request: the client starts the daemon before it parses
+        # JSON (see kernel_client's docstring).
+        named = [op, self._key(sandbox), version, self._cwd or "", ""]
+        if not self._daemon_sent:
+            named[-1] = payload
         final = run_guest(
             sandbox,
             request,
             on_frame=on_frame,
+            data_args=named,
             program_name="kernel_client",
             session=self._session,
             exec_timeout_s=deadline_s + 30.0,

@@ -7,6 +7,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
 - **Exactly one sandbox.** The first :meth:`Session.sandbox` / :meth:`Session.asandbox` creates
   it (or attaches to ``sandbox_id``) once, however many threads and tasks ask; they share its
   result or error. A failed acquisition is not retried behind the caller's back.
+  :meth:`Session.open_ahead` starts it in a worker thread while the caller does host-side work;
+  the next use waits for it (or gets its error).
 - **The id is never lost.** The sandbox is recorded as soon as ``Sandbox.create`` returns; a
   cancelled ``await`` or Ctrl-C waits for the create first (:mod:`lizard_core._bridge`), so
   :meth:`Session.destroy` can still kill it.
@@ -168,6 +170,8 @@ class Session(KeepAlive, Pausing, Teardown):
         self._sandbox_id = sandbox_id
         self._sandbox: Any = None  # lizard.Sandbox once acquired
         self._acquiring: concurrent.futures.Future[Any] | None = None
+        # An acquisition open_ahead() started: its error goes to the next caller, once.
+        self._ahead: concurrent.futures.Future[Any] | None = None
         self._created = False
         self._gone = False
         # Gone, but the platform still lists its record (a terminal status, not a 404): a
@@ -258,6 +262,8 @@ class Session(KeepAlive, Pausing, Teardown):
                 if self._paused
                 else "ready"
                 if self._sandbox is not None
+                else "opening"
+                if self._acquiring is not None
                 else "lazy"
             )
             return (
@@ -296,6 +302,29 @@ class Session(KeepAlive, Pausing, Teardown):
             with self.in_use():  # a slow extension is use: no idle pause before the operation
                 self._maybe_extend(sandbox)
         return sandbox
+
+    def open_ahead(self) -> None:
+        """Start creating (or attaching to) the sandbox in a worker thread; return at once.
+
+        For a caller with host-side work to do before its first operation: the create runs
+        meanwhile, and the next :meth:`sandbox` or :meth:`asandbox` waits for it, or raises
+        its error (to that caller only: a later use tries again, as after any failed
+        acquisition). Does nothing when the sandbox is there or being acquired, or the
+        session is closed.
+        """
+        with self._lock:
+            if self._destroyed or self._closed or self._gone:
+                return
+            if self._sandbox is not None or self._acquiring is not None:
+                return
+            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+            self._acquiring = self._ahead = future
+
+        def acquire() -> None:
+            with contextlib.suppress(BaseException):  # the outcome is in ``future``
+                self._acquire(future)
+
+        threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
 
     def _acquired(self) -> Any:
         while True:
@@ -365,8 +394,11 @@ class Session(KeepAlive, Pausing, Teardown):
         """Return (sandbox, None, False), or the acquisition future and whether we own it."""
         with self._lock:
             self._check_usable()
+            ahead, self._ahead = self._ahead, None
             if self._sandbox is not None:
                 return self._sandbox, None, False
+            if ahead is not None and ahead.done():
+                return None, ahead, False  # it failed: its error is this caller's
             if self._acquiring is None:
                 self._acquiring = concurrent.futures.Future()
                 return None, self._acquiring, True

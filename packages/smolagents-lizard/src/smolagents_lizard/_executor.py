@@ -51,6 +51,7 @@ from smolagents.monitoring import AgentLogger, LogLevel
 from smolagents.remote_executors import RemotePythonExecutor
 from smolagents.serialization import SafeSerializer
 from smolagents.tools import Tool, get_tools_definition_code
+from smolagents.utils import BASE_BUILTIN_MODULES
 
 from lizard_core import PackageCheck, missing_requirements, requirements
 from lizard_core.checks import package_version
@@ -63,10 +64,12 @@ from lizard_core.transfers import download_file, upload_file
 from smolagents_lizard._errors import PackageInstallError, StepError, mapped_errors
 from smolagents_lizard._final_answer import (
     FINAL_ANSWER_EXCEPTION,
+    LAZY_MODULES,
     OPTIONAL_MODULES,
     FinalAnswerError,
     decode_final_answer,
     drop_optional_imports,
+    hoisted_imports,
 )
 from smolagents_lizard._live_log import LiveLog
 from smolagents_lizard._outputs import (
@@ -358,13 +361,20 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         # Patch once: patching an already patched tool makes its forward call itself.
         if final_answer is not None and not hasattr(final_answer, "_forward"):
             self._patch_final_answer_with_exception(final_answer)
-        needs = {
-            name: set(tool.to_dict()["requirements"]) - {"smolagents"}
-            for name, tool in tools.items()
-        }
+        serialized = {name: tool.to_dict() for name, tool in tools.items()}
+        # The tools serialized (so a bad one has raised, with nothing created): the sandbox is
+        # created while smolagents writes their definitions again below.
+        self._session.open_ahead()
+        needs = {name: set(d["requirements"]) - {"smolagents"} for name, d in serialized.items()}
         # What only final_answer needs is optional there (see drop_optional_imports).
         others = set().union(*(reqs for name, reqs in needs.items() if name != "final_answer"))
         optional = (OPTIONAL_MODULES & needs.get("final_answer", set())) - others
+        if "final_answer" in serialized:
+            hoisted = {name: hoisted_imports(d["code"]) for name, d in serialized.items()}
+            kept = set(BASE_BUILTIN_MODULES).union(
+                *(mods for name, mods in hoisted.items() if name != "final_answer")
+            )
+            optional |= (LAZY_MODULES & hoisted["final_answer"]) - kept
         wanted = requirements(sorted(set().union(*needs.values()) - optional))
         # One check (and at most one pip run) for the constructor's packages and the tools'.
         self._install_pending([req for req in wanted if req not in self.installed_packages])

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import TYPE_CHECKING
 
@@ -23,13 +22,17 @@ JOBS_ROOT = "/tmp/.lizard-core"
 
 def frame_line(frame: Frame) -> bytes:
     """One frame as the line that carries it."""
+    # Imported here (free once imported): the kernel client starts its daemon before it pays
+    # for json, which imports re and enum.
+    import json
+
     return (json.dumps(frame, separators=(",", ":")) + "\n").encode("ascii")
 
 
 def cleanup(paths: Optional[Iterable[Any]]) -> None:
     """Remove job directories the host has finished with (only directly under ``JOBS_ROOT``)."""
-    import shutil
-
     for path in paths or ():
         if os.path.dirname(os.path.normpath(str(path))) == JOBS_ROOT:
+            import shutil  # only when there is something to remove: it costs a new Python 3 ms
+
             shutil.rmtree(path, ignore_errors=True)

@@ -1,19 +1,24 @@
 """Kernel client: one run per kernel operation, relaying the kernel daemon's frames.
 
 Standard library only, Python 3.8+. Runs inside the sandbox like the guest agent, as
-``python3 -I -S -c <this program> <call id> <k> <request part>...`` (the request is JSON, base64,
-split over ``k`` argv items), and answers in the same frames: one compact JSON object per stdout
-line with a type ``t``, first ``pid``, ``hb`` heartbeats while nothing else is written, and last
-exactly one ``end``. Requests:
+``python3 -I -S -c <this program> <call id> <k> <request part>... <op> <key> <daemon_sha> <cwd>
+<daemon>`` (the request is JSON, base64, split over ``k`` argv items; the five items after it
+name the operation and the daemon, see below), and answers in the same frames: one compact JSON
+object per stdout line with a type ``t``, first ``pid``, ``hb`` heartbeats while nothing else is
+written, and last exactly one ``end``. Operations:
 
-- ``{"op": "execute" | "install" | "ping", "key", "daemon_sha", "daemon"?, "cwd"?, "body"}``:
-  connect to the kernel daemon of ``key``, starting it first when it is not running (so the first
-  operation on a sandbox costs no extra request), forward ``body`` and relay the daemon's frames
-  (see ``kernel_daemon``) line by line as they arrive. ``daemon`` is the daemon's source (zlib,
-  base64); the host may leave it out once it knows the sandbox holds version ``daemon_sha``; when
-  it is needed and missing the answer is ``{"t": "end", "need_source": true}``.
-- ``{"op": "interrupt" | "restart" | "close", "key"}``: SIGINT to the daemon; kill it (its whole
-  process group) and start a fresh one; kill it and remove its directory.
+- ``execute``, ``install``, ``ping`` (request ``{"body", "start_timeout"?}``): connect to the
+  kernel daemon of ``key``, starting it first when it is not running (so the first operation on
+  a sandbox costs no extra request), forward ``body`` and relay the daemon's frames (see
+  ``kernel_daemon``) line by line as they arrive. ``daemon`` is the daemon's source (zlib,
+  base64; empty once the host knows the sandbox holds version ``daemon_sha``); when it is needed
+  and missing the answer is ``{"t": "end", "need_source": true}``. ``cwd`` (empty: the exec's)
+  is the daemon's working directory. These five travel as plain argv items so that a daemon is
+  started before ``json`` is imported: in a new sandbox the client runs in a fresh Python, where
+  that import (``re``, ``enum``) takes longer than the daemon's own start needs to get going,
+  and the two then run side by side.
+- ``interrupt``, ``restart``, ``close``: SIGINT to the daemon; kill it (its whole process group)
+  and start a fresh one; kill it and remove its directory.
 - A ``body`` too large for argv arrives as ``staged`` instead: the files (in one job directory)
   the host uploaded its JSON to, read in order and removed once a daemon is there to take it.
 - Every request may carry the guest protocol's ``rm`` (job directories to remove), honoured as
@@ -43,13 +48,12 @@ Guarantees:
 from __future__ import annotations
 
 # Every execute starts this program, so its imports are kept to cheap ones: binascii instead of
-# base64 and _socket instead of socket (both would pull in re and enum), no struct or select.
+# base64 and _socket instead of socket (both would pull in re and enum), no struct, select or
+# signal (enum too); json (re and enum) is imported where it is used, after the daemon was started.
 import _socket
 import binascii
 import errno
-import json
 import os
-import signal
 import sys
 import time
 from typing import TYPE_CHECKING
@@ -57,9 +61,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, List, Optional, Tuple
 
+    from ._client_daemon import Starting
     from ._prelude import Frame
 
+    Opening = Tuple[Optional[_socket.socket], Optional[Starting], Optional[str]]
+
 from ._client_daemon import (
+    SIGINT,
     NeedSource,
     Refused,
     StartLock,
@@ -72,6 +80,7 @@ from ._client_daemon import (
     peer_pid,
     read_pid,
     runs_version,
+    spawn_daemon,
     start_daemon,
 )
 from ._prelude import JOBS_ROOT, cleanup, frame_line
@@ -108,12 +117,18 @@ def error(name: str, message: str, traceback: str = "") -> Frame:
     return {"name": name, "message": message, "traceback": traceback}
 
 
-def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optional[str]]:
-    """Connect to the running daemon, or start one.
+OPENS = ("execute", "install", "ping")
+"""The operations that connect to the daemon, starting it when none runs."""
 
-    Returns ``(socket, spawned, lost)``: ``lost`` is None, ``"dead"`` when a daemon had died here
-    since the last request, or ``"replaced"`` when one of another version was running (after an
-    upgrade of the host library) and had to be stopped.
+
+def begin_open(directory: str, req: Frame) -> Opening:
+    """Connect to the running daemon, or start one without waiting for it.
+
+    Returns ``(socket, None, None)`` for a daemon of the request's version, else
+    ``(None, starting, lost)``: a daemon started (the start lock held until it listens) and
+    ``lost``, which is None, ``"dead"`` when a daemon had died here since the last request, or
+    ``"replaced"`` when one of another version was running (after an upgrade of the host
+    library) and had to be stopped.
     """
     try:
         sock = connect(directory)
@@ -121,9 +136,10 @@ def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optio
         pass
     else:
         if runs_version(peer_pid(sock), req):
-            return sock, False, None
+            return sock, None, None
         sock.close()
-    with StartLock(directory):
+    lock = StartLock(directory).__enter__()
+    try:
         lost = None
         try:
             sock = connect(directory)  # another client may have started it meanwhile
@@ -135,14 +151,32 @@ def open_kernel(directory: str, req: Frame) -> Tuple[_socket.socket, bool, Optio
         else:
             pid = peer_pid(sock)
             if runs_version(pid, req):
-                return sock, False, None
+                lock.__exit__()
+                return sock, None, None
             sock.close()
             kill_daemon(pid)
             lost = "replaced"
         stale = read_pid(directory)
         if stale:
             kill_daemon(stale)
-        return start_daemon(directory, req), True, lost
+    except BaseException:
+        lock.__exit__()
+        raise
+    return None, spawn_daemon(directory, req, lock), lost
+
+
+def open_kernel(
+    directory: str, req: Frame, opening: Optional[Opening] = None
+) -> Tuple[_socket.socket, bool, Optional[str]]:
+    """Connect to the running daemon, or start one (``opening``: already begun).
+
+    Returns ``(socket, spawned, lost)``, ``lost`` as :func:`begin_open` says.
+    """
+    sock, starting, lost = opening or begin_open(directory, req)
+    if sock is not None:
+        return sock, False, None
+    assert starting is not None
+    return starting.connection(req), True, lost
 
 
 LOST_DEAD = (
@@ -173,6 +207,8 @@ LOST_KILLED = (
 def relay(
     directory: str, req: Frame, sock: _socket.socket, spawned: bool, lost: Optional[str]
 ) -> None:
+    import json
+
     body = req.get("body") or {}
     heartbeat = float(req.get("hb") or 2.5)
     # Only a cell is killed with its kernel; pip, in an install, is stopped by the daemon itself.
@@ -343,6 +379,8 @@ def staged_paths(paths: Any) -> List[str]:
 
 def read_staged(paths: List[str]) -> Frame:
     """The request body the host uploaded to ``paths`` (too large for argv), as JSON."""
+    import json
+
     chunks = []
     try:
         for path in paths:
@@ -370,21 +408,49 @@ def remove_staged(paths: List[str]) -> None:
             pass
 
 
+def begin_early(argv: List[str]) -> Tuple[Optional[str], Optional[Opening]]:
+    """The kernel's directory and, for an operation that opens the kernel, its opening begun.
+
+    Before ``json`` is imported; any failure is left for :func:`main` to meet and report.
+    """
+    req = request_args({}, argv)
+    try:
+        directory = kernel_dir(req["key"])
+        if req["op"] not in OPENS:
+            return directory, None
+        return directory, begin_open(directory, req)
+    except (Refused, NeedSource, OSError):
+        return None, None
+
+
+def request_args(req: Frame, argv: List[str]) -> Frame:
+    """``req`` with the operation and the daemon the argv items after the request name."""
+    op, key, sha, cwd, daemon = (argv + [""] * 5)[:5]
+    req.update(op=op, key=key, daemon_sha=sha, cwd=cwd or None, daemon=daemon or None)
+    return req
+
+
 def main() -> None:
-    emit({"t": "pid", "pid": os.getpid()})
+    # By hand: frame_line would import json, which waits until the daemon is on its way.
+    write_all(b'{"t":"pid","pid":%d}\n' % os.getpid())
     parts = int(sys.argv[2])
+    named = sys.argv[3 + parts :]
+    directory, opening = begin_early(named)
+    import json
+
     req = json.loads(binascii.a2b_base64("".join(sys.argv[3 : 3 + parts])))
+    request_args(req, named)
     req["call"] = "".join(c for c in sys.argv[1] if c.isalnum())[:64] or str(os.getpid())
     cleanup(req.get("rm"))
     op = req.get("op")
     try:
-        directory = kernel_dir(str(req["key"]))
-        if op in ("execute", "install", "ping"):
+        directory = directory or kernel_dir(str(req["key"]))
+        if op in OPENS:
             staged = staged_paths(req.get("staged"))
             if staged:
                 req["body"] = read_staged(staged)
             try:
-                sock, spawned, lost = open_kernel(directory, req)
+                sock, spawned, lost = open_kernel(directory, req, opening)
             except NeedSource:
                 final(need_source=True)  # the staged body stays for the retry
                 return
@@ -393,7 +459,7 @@ def main() -> None:
         elif op == "interrupt":
             pid = read_pid(directory)
             if pid:
-                os.kill(pid, signal.SIGINT)
+                os.kill(pid, SIGINT)
             final(running=bool(pid))
         elif op == "restart":
             with StartLock(directory):

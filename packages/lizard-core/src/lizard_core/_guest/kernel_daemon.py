@@ -4,12 +4,13 @@ Its parts (``_daemon_state``, ``_daemon_values``, ``_daemon_output``, ``_prelude
 into this one program by ``lizard_core._guest.source``; :class:`Interpreter` runs the cells.
 
 Standard library only, Python 3.8+. ``kernel_client`` starts it as ``python3 <this file> DIR CWD
-READY``, detached (own session and process group, stdin from /dev/null, stdout and stderr to
-``DIR/daemon.log``), and talks to it through ``DIR/sock``; DIR is a 0700 directory that the client
-has created and checked. READY is a descriptor the daemon writes one byte to once it listens,
-then closes (and drops from ``sys.argv``), so the client waits without polling. The file holds
-the compact form of this program (``lizard_core._guest.program``): no docstrings or annotations
-to compile, no ``typing`` to import.
+READY`` would (through ``_client_daemon.LOADER``, which runs this file's code as the client compiled
+it meanwhile, or compiles it itself), detached (own session and process group, stdin from /dev/null,
+stdout and stderr to ``DIR/daemon.log``), and talks to it through ``DIR/sock``; DIR is a 0700
+directory that the client has created and checked. READY is a descriptor the daemon writes one byte
+to once it listens, then closes (and drops from ``sys.argv``), so the client waits without polling.
+The file holds the compact form of this program (``lizard_core._guest.program``): no docstrings or
+annotations to compile, no ``typing`` to import.
 
 Contract with the client:
 
