@@ -26,6 +26,7 @@ import pytest
 
 from lizard_core import _guest_relay
 from lizard_core._guest import program, source
+from lizard_core._guest._hub_child import STDIO
 from lizard_core._guest_relay import guest_argv
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
@@ -868,9 +869,9 @@ def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
 def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_stdio(
     tmp_path: Path,
 ) -> None:
-    """A hub's child takes the relay's fds 6, 4 and 2 as soon as it reads the pid, which can be
-    before the relay's write has returned (on a loaded machine, often): during that write they
-    must already be the exec's own stdin, stdout and stderr, or the program's output is lost."""
+    """A hub's child takes the relay's stdio copies (``STDIO``) as soon as it reads the pid,
+    which can be before the relay's write has returned (on a loaded machine, often): during that
+    write they must already be the exec's own stdin, stdout and stderr, or output is lost."""
     # A stand-in hub whose ``in`` pipe is full, so that the relay blocks in that very write.
     fake = (
         "import os, sys\n"
@@ -914,7 +915,7 @@ def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_st
         own = [os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (relay.stdin, relay.stdout)]
         assert relay.stderr is not None
         own.append(os.readlink(f"/proc/self/fd/{relay.stderr.fileno()}"))
-        taken = [os.readlink(f"/proc/{relay.pid}/fd/{fd}") for fd in (6, 4, 2)]
+        taken = [os.readlink(f"/proc/{relay.pid}/fd/{fd}") for fd in STDIO]
         assert taken == own
     finally:
         if relay is not None:
