@@ -865,7 +865,6 @@ def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
         hub.wait()
 
 
-@pytest.mark.xfail(strict=True, reason="the pid is written with 2>/dev/null in force")
 def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_stdio(
     tmp_path: Path,
 ) -> None:
