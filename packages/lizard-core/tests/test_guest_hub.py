@@ -26,6 +26,7 @@ import pytest
 
 from lizard_core import _guest_relay
 from lizard_core._guest import program, source
+from lizard_core._guest._hub_child import STDIO
 from lizard_core._guest_relay import guest_argv
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
@@ -860,6 +861,65 @@ def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
         out, err = relay.communicate(timeout=60)
         assert (relay.returncode, out, err) == (4, b"[0, 1, 2, 3]\n", b"err\n")
     finally:
+        hub.kill()
+        hub.wait()
+
+
+def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_stdio(
+    tmp_path: Path,
+) -> None:
+    """A hub's child takes the relay's stdio copies (``STDIO``) as soon as it reads the pid,
+    which can be before the relay's write has returned (on a loaded machine, often): during that
+    write they must already be the exec's own stdin, stdout and stderr, or output is lost."""
+    # A stand-in hub whose ``in`` pipe is full, so that the relay blocks in that very write.
+    fake = (
+        "import os, sys\n"
+        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+        "os.set_blocking(12, False)\n"
+        "try:\n"
+        "    while True: os.write(12, b'x' * 4096)\n"
+        "except BlockingIOError: pass\n"
+        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+        "print(os.readlink('/proc/self/fd/3'), flush=True)\n"
+        "sys.stdin.readline()\n"
+    )
+    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
+    directory.mkdir(parents=True, mode=0o700)
+    hub = subprocess.Popen(
+        ["python3", "-c", fake, str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    relay = None
+    try:
+        assert hub.stdout is not None
+        pipe = hub.stdout.readline().decode().strip()
+        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+        relay = subprocess.Popen(
+            guest_argv("pass", ["stdio-call-id"]),
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+
+        def writing() -> bool:
+            with contextlib.suppress(OSError):
+                state = Path(f"/proc/{relay.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                return state == "S" and os.readlink(f"/proc/{relay.pid}/fd/3") == pipe
+            return False
+
+        _wait_until(writing, "the relay never wrote to the hub")
+        own = [os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (relay.stdin, relay.stdout)]
+        assert relay.stderr is not None
+        own.append(os.readlink(f"/proc/self/fd/{relay.stderr.fileno()}"))
+        taken = [os.readlink(f"/proc/{relay.pid}/fd/{fd}") for fd in STDIO]
+        assert taken == own
+    finally:
+        if relay is not None:
+            relay.kill()
+            relay.wait()
         hub.kill()
         hub.wait()
 

@@ -42,7 +42,7 @@ RELAY: Final = """\
 h=${HOME:-/root} e=0 i= r= p= q=
 d="$h/.cache/lizard-hub-$1"
 trap 'exit 0' USR1
-trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-' USR2
+trap 'exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&- 9>&-' USR2
 trap 'i=1 r=1' 44
 trap 'i=1' URG
 trap 'i=1 e=$((e|1))' 35
@@ -63,6 +63,7 @@ if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   { read -r l </proc/self/fd/8/stat; } 2>/dev/null && case $l in
     "$p (lizard-hub) "*")"*) false;; "$p (lizard-hub) "*) k ${l#*) };; *) false;; esac &&
   [ "$x" = "$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
+  command exec 9>&2 &&
   { command exec 4>&1 6<&0 7<>/proc/self/fd/8/fd/11 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
   printf '%s\\n' "$$" 2>/dev/null 3<>/proc/self/fd/8/fd/3 >&3
 then
@@ -71,7 +72,7 @@ then
   [ -z "$q" ] || exit $e
   [ -z "$r" ] || exit 70
 fi
-exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&-
+exec @PYTHON@ "@BOOT@" "$@" 4>&- 5<&- 6<&- 7>&- 8<&- 9>&-
 """.replace("@PYTHON@", " ".join(PYTHON)).replace("@BOOT@", BOOT)
 """POSIX sh (dash, bash, busybox), builtins only. The hub is the process that the name file
 ``hub.<pid>.<start time>`` in the user's private directory names (the directory and the file
@@ -94,10 +95,12 @@ returns).
 ``wait`` is opened for reading through a moment's read-write copy (fd 7), so that the open cannot
 block when the hub and its children are gone at that very moment. End of file on
 ``wait`` (the hub and all its children gone without a word) runs the launcher too, unless the
-program had started (then 70). Its stdin and stdout are copied to fds 6 and 4 first, since
-``read <&5`` and ``>&3`` point fds 0 and 1 elsewhere for moments; the
-launcher gets neither these nor fd 5. Every redirection that may be in force when a signal
-arrives is a simple command's own, which the shell undoes before it runs a trap: a ``USR2``
+program had started (then 70). Its stdin, stdout and stderr are copied to fds 6, 4 and 9
+first, since ``read <&5``, ``>&3`` and the pid write's ``2>/dev/null`` point fds 0, 1 and 2
+elsewhere for moments (the hub's child takes the copies as soon as it reads the pid, which can
+be before that write has returned); the launcher gets none of these nor fd 5. Every
+redirection that may be in force when a signal arrives is a simple command's own, which the
+shell undoes before it runs a trap: a ``USR2``
 that comes while the relay still writes its pid (a grouping's redirection would still be in
 force, its ``2>/dev/null`` included) runs the launcher with the exec's own stderr."""
 

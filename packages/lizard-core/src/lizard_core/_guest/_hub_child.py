@@ -3,7 +3,7 @@
 A spare is forked ahead of time, so the fork and the generic set-up are off the request's path.
 Given a relay pid it checks that the relay is one of this hub's (same user, key, and the same
 limits, priority, groups, capabilities, cgroup and namespaces as the hub: :func:`context`), takes
-the relay's very stdin, stdout and stderr (its fds 6, 4 and 2, copied with ``pidfd_getfd``, so
+the relay's very stdin, stdout and stderr (its fds 6, 4 and 9, copied with ``pidfd_getfd``, so
 offsets, ``O_APPEND`` and sockets are the exec's own; where that call is missing, only a pipe or a
 character device is reopened through ``/proc``), its environment, umask and working directory,
 names itself by the call id and runs the program as ``python3 -c`` would.
@@ -27,9 +27,10 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
     from typing import Any, Dict, List, Optional, Tuple
 
 RELAY_NAME = b"lizard-guest"
-STDIO = (6, 4, 2)
-"""The relay's copies of its stdin and stdout (its fds 0 and 1 point at the ``wait`` and ``in``
-pipes for moments), and its stderr: what becomes the program's fds 0, 1 and 2."""
+STDIO = (6, 4, 9)
+"""The relay's copies of its stdin, stdout and stderr (its fds 0, 1 and 2 point at the ``wait``
+pipe, the ``in`` pipe and ``/dev/null`` for moments, the last while it writes its pid): what
+becomes the program's fds 0, 1 and 2."""
 WAIT_FD = 11
 """The hub's write end of the ``wait`` pipe; every child keeps a copy until it exits, so a relay
 blocked reading it sees end of file only once the hub and every child are gone."""
