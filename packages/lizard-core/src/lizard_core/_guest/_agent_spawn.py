@@ -11,7 +11,9 @@ stdout=PIPE, stderr=PIPE, start_new_session=True)`` gives the command:
   it is), a candidate that does not exist skipped, another that fails passed over, and the
   first such error raised when none starts (``ENOENT`` when none exists), as ``OSError``;
 - the same process: its own session, ``/dev/null`` (read-write) or a pipe as stdin, pipes as
-  stdout and stderr, ``SIGPIPE`` and ``SIGXFSZ`` at their defaults, none of this process's
+  stdout and stderr, ``SIGPIPE`` and ``SIGXFSZ`` at their defaults (one difference: glibc's
+  ``posix_spawn`` leaves its own internal signals 32 and 33 ignored, which no program sets or
+  relies on, and which a C library's threads install handlers for), none of this process's
   other descriptors (the inheritable ones are closed for it), ``cwd`` as its working directory
   (this process moves there first: it runs this one command);
 - ``Popen`` itself where the command runs as another user or this Python cannot spawn so (no
