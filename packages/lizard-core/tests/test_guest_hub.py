@@ -809,60 +809,78 @@ def test_a_killed_exec_hangs_up_on_the_hubs_child(session: Session) -> None:
     assert done.stdout == b"True False\n", done
 
 
-def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
-    tmp_path: Path,
-) -> None:
-    """``SIGUSR2`` can arrive while the relay still writes its pid (a loaded machine): the
-    launcher it runs then gets the exec's own stderr and none of the relay's descriptors."""
-    # A stand-in hub whose ``in`` pipe is full, so that the relay blocks in that very write.
-    fake = (
-        "import os, sys\n"
-        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
-        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
-        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
-        "os.set_blocking(12, False)\n"
-        "try:\n"
-        "    while True: os.write(12, b'x' * 4096)\n"
-        "except BlockingIOError: pass\n"
-        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
-        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
-        "print(os.readlink('/proc/self/fd/3'), flush=True)\n"
-        "sys.stdin.readline()\n"
-        "while os.read(3, 65536): pass\n"
-    )
-    key = _guest_relay.hub_key()
-    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+# A stand-in hub whose ``in`` pipe is full, so that a relay blocks in the very write of its pid;
+# it prints that pipe, then drains it once a line arrives on its stdin.
+_FULL_HUB = (
+    "import os, sys\n"
+    "open('/proc/self/comm', 'w').write('lizard-hub')\n"
+    "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
+    "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
+    "os.set_blocking(12, False)\n"
+    "try:\n"
+    "    while True: os.write(12, b'x' * 4096)\n"
+    "except BlockingIOError: pass\n"
+    "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
+    "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
+    "print(os.readlink('/proc/self/fd/3'), flush=True)\n"
+    "sys.stdin.readline()\n"
+    "while os.read(3, 65536): pass\n"
+)
+
+
+@contextlib.contextmanager
+def _relay_writing_its_pid(
+    home: Path, text: str, call_id: str
+) -> Iterator[tuple[subprocess.Popen[bytes], subprocess.Popen[bytes]]]:
+    """``(hub, relay)``: a relay of ``text`` blocked writing its pid to a :data:`_FULL_HUB`."""
+    directory = home / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
     directory.mkdir(parents=True, mode=0o700)
     hub = subprocess.Popen(
-        ["python3", "-c", fake, str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        ["python3", "-c", _FULL_HUB, str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
     )
+    relay = None
     try:
         assert hub.stdout is not None
         pipe = hub.stdout.readline().decode().strip()
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-        text = (
-            "import os, sys\nprint(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))\n"
-            "print('err', file=sys.stderr)\nsys.exit(4)\n"
+        env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+        std = subprocess.PIPE
+        relay = subprocess.Popen(
+            guest_argv(text, [call_id]), env=env, stdin=std, stdout=std, stderr=std
         )
-        argv = guest_argv(text, ["declined-call-id"])
-        relay = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
         def writing() -> bool:
+            assert relay is not None
             with contextlib.suppress(OSError):
                 state = Path(f"/proc/{relay.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
                 return state == "S" and os.readlink(f"/proc/{relay.pid}/fd/3") == pipe
             return False
 
         _wait_until(writing, "the relay never wrote to the hub")
+        yield hub, relay
+    finally:
+        if relay is not None:
+            relay.kill()
+            relay.wait()
+        hub.kill()
+        hub.wait()
+
+
+def test_a_decline_while_the_relay_writes_its_pid_leaves_it_nothing_of_the_hub(
+    tmp_path: Path,
+) -> None:
+    """``SIGUSR2`` can arrive while the relay still writes its pid (a loaded machine): the
+    launcher it runs then gets the exec's own stderr and none of the relay's descriptors."""
+    text = (
+        "import os, sys\nprint(sorted(int(fd) for fd in os.listdir('/proc/self/fd')))\n"
+        "print('err', file=sys.stderr)\nsys.exit(4)\n"
+    )
+    with _relay_writing_its_pid(tmp_path, text, "declined-call-id") as (hub, relay):
         relay.send_signal(12)  # what a spare that declines the relay sends
         assert hub.stdin is not None
         hub.stdin.write(b"drain\n")  # the write completes, so the relay goes on
         hub.stdin.flush()
         out, err = relay.communicate(timeout=60)
         assert (relay.returncode, out, err) == (4, b"[0, 1, 2, 3]\n", b"err\n")
-    finally:
-        hub.kill()
-        hub.wait()
 
 
 def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_stdio(
@@ -871,57 +889,14 @@ def test_while_the_relay_writes_its_pid_what_the_child_takes_is_the_execs_own_st
     """A hub's child takes the relay's stdio copies (``STDIO``) as soon as it reads the pid,
     which can be before the relay's write has returned (on a loaded machine, often): during that
     write they must already be the exec's own stdin, stdout and stderr, or output is lost."""
-    # A stand-in hub whose ``in`` pipe is full, so that the relay blocks in that very write.
-    fake = (
-        "import os, sys\n"
-        "open('/proc/self/comm', 'w').write('lizard-hub')\n"
-        "r, w = os.pipe(); os.dup2(r, 3); os.dup2(w, 12)\n"
-        "r2, w2 = os.pipe(); os.dup2(w2, 11); os.close(r2)\n"
-        "os.set_blocking(12, False)\n"
-        "try:\n"
-        "    while True: os.write(12, b'x' * 4096)\n"
-        "except BlockingIOError: pass\n"
-        "start = open('/proc/self/stat').read().rsplit(')', 1)[1].split()[19]\n"
-        "open(os.path.join(sys.argv[1], 'hub.%d.%s' % (os.getpid(), start)), 'w').close()\n"
-        "print(os.readlink('/proc/self/fd/3'), flush=True)\n"
-        "sys.stdin.readline()\n"
-    )
-    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
-    directory.mkdir(parents=True, mode=0o700)
-    hub = subprocess.Popen(
-        ["python3", "-c", fake, str(directory)], stdin=subprocess.PIPE, stdout=subprocess.PIPE
-    )
-    relay = None
-    try:
-        assert hub.stdout is not None
-        pipe = hub.stdout.readline().decode().strip()
-        env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-        relay = subprocess.Popen(
-            guest_argv("pass", ["stdio-call-id"]),
-            env=env,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
-
-        def writing() -> bool:
-            with contextlib.suppress(OSError):
-                state = Path(f"/proc/{relay.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                return state == "S" and os.readlink(f"/proc/{relay.pid}/fd/3") == pipe
-            return False
-
-        _wait_until(writing, "the relay never wrote to the hub")
-        own = [os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (relay.stdin, relay.stdout)]
+    with _relay_writing_its_pid(tmp_path, "pass", "stdio-call-id") as (_, relay):
+        assert relay.stdin is not None
+        assert relay.stdout is not None
         assert relay.stderr is not None
+        own = [os.readlink(f"/proc/self/fd/{f.fileno()}") for f in (relay.stdin, relay.stdout)]
         own.append(os.readlink(f"/proc/self/fd/{relay.stderr.fileno()}"))
         taken = [os.readlink(f"/proc/{relay.pid}/fd/{fd}") for fd in STDIO]
         assert taken == own
-    finally:
-        if relay is not None:
-            relay.kill()
-            relay.wait()
-        hub.kill()
-        hub.wait()
 
 
 # A process of the user's that passes for a hub: named lizard-hub, its pipes where a hub keeps
