@@ -325,6 +325,24 @@ def test_working_directory_is_importable_and_chosen_by_the_request(
         guest.close()
 
 
+def test_the_daemons_own_imports_ignore_modules_in_the_working_directory(
+    short_tmp: str,
+) -> None:
+    # The working directory may be a shared one (/tmp) where another user can plant files: a
+    # module there must not stand in for one the daemon imports before it runs any cell.
+    work = Path(short_tmp) / "shared"
+    work.mkdir()
+    marker = work / "planted-ran"
+    (work / "ast.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError\n")
+    guest = GuestKernel(short_tmp)
+    try:
+        out = Outcome(guest.request("execute", {"op": "execute", "code": "1"}, cwd=str(work)))
+        assert not marker.exists()
+        assert out.error is None
+    finally:
+        guest.close()
+
+
 # -- output ---------------------------------------------------------------------------------------
 
 
