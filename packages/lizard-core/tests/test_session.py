@@ -406,6 +406,31 @@ def test_a_failed_open_ahead_is_the_next_callers_error_once(
         session.destroy()
 
 
+def test_an_open_ahead_whose_thread_cannot_start_leaves_the_session_usable(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # No thread to be had (a process at its thread limit, an interpreter shutting down): the
+    # next use creates the sandbox itself instead of waiting for a create nobody runs.
+    start = threading.Thread.start
+
+    def refuse(thread: threading.Thread) -> None:
+        if thread.name == "lizard-core-acquire":
+            raise RuntimeError("can't start new thread")
+        start(thread)
+
+    session = Session(sandbox_config)
+    with monkeypatch.context() as patched:
+        patched.setattr(threading.Thread, "start", refuse)
+        session.open_ahead()  # an optimisation: no error of its own
+    user = threading.Thread(target=session.sandbox, daemon=True)
+    user.start()
+    user.join(timeout=30)
+    assert not user.is_alive(), "sandbox() waits for a create that never runs"
+    assert count(lizard_counters, CREATE) == 1
+    session.destroy()
+    assert session.sandbox_id not in lizard_counters.sandboxes()
+
+
 # ── attach never replaces ────────────────────────────────────────────────
 
 
