@@ -324,7 +324,15 @@ class Session(KeepAlive, Pausing, Teardown):
             with contextlib.suppress(BaseException):  # the outcome is in ``future``
                 self._acquire(future)
 
-        threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
+        try:
+            threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
+        except RuntimeError:  # no thread to be had: the next use creates it itself
+            with self._lock:
+                if self._ahead is future:
+                    self._ahead = None
+                if self._acquiring is future:
+                    self._acquiring = None
+            future.cancel()  # a caller already waiting on it claims again
 
     def _acquired(self) -> Any:
         while True:
