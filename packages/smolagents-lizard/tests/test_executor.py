@@ -111,6 +111,48 @@ def test_final_answer_serializes_with_its_own_imports_only(run_agent: RunAgent) 
     assert bound == []  # none of them bound in the namespace before a step imports them
 
 
+class _Stems(Tool):  # type: ignore[misc]  # smolagents is untyped
+    name = "stems"
+    description = "The stems of some paths, pickled and hex-encoded."
+    inputs = {"text": {"type": "string", "description": "paths, comma-separated"}}  # noqa: RUF012
+    output_type = "string"
+
+    def forward(self, text: str) -> str:
+        import pathlib
+        import pickle
+
+        return pickle.dumps([pathlib.Path(p).stem for p in text.split(",")]).hex()
+
+
+@tool
+def loads_hex(data: str) -> str:
+    """Unpickles hex-encoded data and returns it as JSON.
+
+    Args:
+        data: hex-encoded pickle
+    """
+    import json
+    import pickle
+
+    return json.dumps(pickle.loads(bytes.fromhex(data)))
+
+
+def test_tools_importing_what_final_answer_imports_still_work(
+    make_executor: MakeExecutor,
+) -> None:
+    # The set-up cell leaves out imports only final_answer's code has at the top: the tools
+    # that use pickle, pathlib and json keep theirs, through smolagents' own CodeAgent.
+    model = ScriptedModel(code("final_answer(loads_hex(stems('/a/b.txt,c.py')))"))
+    agent = CodeAgent(
+        tools=[_Stems(), loads_hex],
+        model=model,
+        executor=make_executor(),
+        max_steps=1,
+        verbosity_level=LogLevel.OFF,
+    )
+    assert agent.run("Follow the script.") == '["b", "c"]'
+
+
 def test_final_answer_returns_a_pil_image(run_agent: RunAgent, third_party: str) -> None:
     _, result = run_agent(
         code(third_party + "from PIL import Image\nfinal_answer(Image.new('RGB', (5, 3), 'red'))")
