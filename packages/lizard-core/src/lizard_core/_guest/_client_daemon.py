@@ -273,8 +273,9 @@ def load():
     sys.argv = sys.argv[1:]
     path = sys.argv[0]
     sys.modules["__main__"].__file__ = path
-    # As for ``python3 <file>``: -c would put the working directory (maybe a shared one) first.
-    sys.path[0] = os.path.dirname(path)
+    # As for ``python3 <file>``: -c put the working directory (maybe a shared one) first.
+    if sys.path and sys.path[0] == "":
+        sys.path[0] = os.path.dirname(path)
     try:
         return marshal.loads(b"".join(chunks))
     except Exception:
