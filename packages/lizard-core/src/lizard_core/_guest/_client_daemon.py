@@ -249,8 +249,15 @@ def spawn_daemon(directory: str, req: Frame, lock: Optional[StartLock] = None) -
             os.close(log)
             theirs.close()
             os.close(code_in)
-        with open(os.path.join(directory, "pid"), "w") as f:
-            f.write("%d\n" % pid)
+        try:
+            with open(os.path.join(directory, "pid"), "w") as f:
+                f.write("%d\n" % pid)
+        except BaseException:
+            # Unrecorded, it would wait on the code pipe and later take the next one's socket.
+            ready.close()
+            os.close(code_out)
+            kill_daemon(pid)
+            raise
         send_code(code_out, path)
     except BaseException:
         if lock is not None:
