@@ -18,6 +18,8 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
+from ._descriptors import close_from
+
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import List, Optional, Tuple
 
@@ -349,16 +351,7 @@ def spawn(argv: List[str], log: int, keep: Tuple[int, ...], cwd: str) -> int:
                 os.dup2(source, target)
             for fd in keep:
                 os.set_inheritable(fd, True)
-            try:
-                fds = [int(fd) for fd in os.listdir("/proc/self/fd")]
-            except OSError:
-                fds = list(range(3, 1024))
-            for fd in fds:
-                if fd > 2 and fd not in keep:
-                    try:
-                        os.close(fd)
-                    except OSError:
-                        pass
+            close_from(3, keep)
             if cwd:
                 os.chdir(cwd)
             os.execv(argv[0], argv)

@@ -23,6 +23,8 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ._descriptors import close_from
+
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List, Optional, Tuple
 
@@ -68,17 +70,6 @@ _SAME = (
 """Lines of ``/proc/<pid>/status`` a relay must share with the hub for the hub to serve it."""
 _NAMESPACES = ("mnt", "pid", "net", "ipc", "uts", "user", "cgroup")
 _SYSCALL: List[Any] = []
-
-
-def close_from(lowest: int, keep: Tuple[int, ...] = ()) -> None:
-    """Close every descriptor from ``lowest`` up, except ``keep``."""
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd >= lowest and fd not in keep:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
 
 
 def read_at(directory: int, name: str, limit: int = 0) -> bytes:

@@ -40,10 +40,10 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from ._descriptors import close_from
 from ._hub_child import (
     NOT_STARTED,
     WAIT_FD,
-    close_from,
     context,
     end_relay,
     name,
