@@ -53,6 +53,27 @@ def test_the_program_is_python_3_8_code_in_both_forms() -> None:
     assert len(compact) < 20 * 1024  # 2 KiB of it start a command without Popen (_agent_spawn)
 
 
+def test_a_wait_status_reads_as_popen_returncode() -> None:
+    # The part the agent and the kernel client share, against the standard library's own
+    # reading (Python 3.9+) of every status an exit or a signal (with a core dump or not) gives.
+    from lizard_core._guest._wait_status import returncode
+
+    exits = [code << 8 for code in range(256)]
+    signals = [signal | core for signal in range(1, 65) for core in (0, 0x80)]
+    for status in exits + signals:
+        assert returncode(status) == os.waitstatus_to_exitcode(status), hex(status)
+    for argv, expected in ((["true"], 0), (["sh", "-c", "exit 7"], 7), (["sleep", "60"], -9)):
+        child = subprocess.Popen(argv)
+        if expected < 0:
+            child.kill()
+        _, status = os.waitpid(child.pid, 0)
+        child.returncode = 0  # reaped here, not by Popen
+        assert returncode(status) == expected, argv
+    assert "returncode(" in program("agent")
+    assert "returncode(" in program("kernel_client")
+    assert "returncode(" not in program("kernel_daemon")  # only those that use it carry it
+
+
 def _run_locally(python: str, request: dict[str, Any], data: bytes = b"") -> list[dict[str, Any]]:
     """Run the compact agent directly (no sandbox) and return its frames."""
     encoded = base64.b64encode(json.dumps(request).encode()).decode()

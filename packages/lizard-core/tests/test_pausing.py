@@ -331,6 +331,35 @@ def test_the_idle_timer_ends_with_the_session_and_a_paused_one_is_destroyed(
         Session(sandbox_config, sandbox_id=sandbox_id).destroy()
 
 
+@pytest.mark.parametrize("paused", [False, True])
+def test_a_session_dropped_unclosed_is_collected_and_its_idle_timer_ends(
+    sandbox_config: SandboxConfig, lizard_local: LocalServer, paused: bool
+) -> None:
+    import gc
+    import weakref
+
+    before = set(_idlers())
+    s = Session(sandbox_config, idle_pause_s=0.2)
+    run_command(s, ["true"])
+    [idler] = set(_idlers()) - before
+    sandbox_id = str(s.sandbox_id)
+    if paused:  # the timer then waits for the next use, not for a due pause
+        s.pause()
+    dropped = weakref.ref(s)
+    try:
+        del s  # the timer holds it only weakly
+        # An idle pause in progress holds it until that pause ends: bounded waits, no timing.
+        deadline = time.monotonic() + 30
+        while dropped() is not None and time.monotonic() < deadline:
+            gc.collect()
+            time.sleep(0.05)
+        assert dropped() is None
+        idler.join(timeout=30)
+        assert not idler.is_alive()
+    finally:
+        lizard.Sandbox(sandbox_id, api_key=lizard_local.api_key, api_url=lizard_local.url).kill()
+
+
 @pytest.mark.parametrize("timeout_ms", [0, 3_600_000])
 def test_attach_to_a_paused_sandbox_never_shortens_its_lifetime_nor_adds_a_deadline(
     sandbox_config: SandboxConfig, lizard_local: LocalServer, timeout_ms: int

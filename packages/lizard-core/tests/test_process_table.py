@@ -117,6 +117,46 @@ async def test_a_process_whose_end_fails_stays_kept_and_a_later_call_ends_it(
     assert await gone(tokens[0])
 
 
+async def test_a_pruned_process_whose_end_fails_stays_kept_and_the_next_start_ends_it(
+    module_session: Any, lizard_counters: LocalServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    table = ProcessTable(limit=2, protected_recent=1)
+    tokens = [f"unpruned-{index}-{uuid.uuid4().hex[:6]}" for index in range(4)]
+    ids = [(await table.astart(module_session, sleeper(t), wait=0.1))[0] for t in tokens[:2]]
+    try:
+        # The third start's own request succeeds; the end of the one it prunes fails. The fault
+        # goes in while the start waits in the guest (3 s), so it meets the next request: the end.
+        start = asyncio.create_task(table.astart(module_session, sleeper(tokens[2]), wait=3))
+        for _ in range(100):
+            if pids_carrying(tokens[2]) or start.done():
+                break
+            await asyncio.sleep(0.05)
+        assert not start.done(), "the start returned before the fault could be set up"
+        lizard_counters.reset_counters()
+        lizard_counters.inject_fault(EXEC, status=503, count=1)
+        with caplog.at_level("WARNING", logger="lizard_core.process_table"):
+            third, update = await start
+        assert lizard_counters.counters()["routes"][EXEC] == 1  # since the start's: the failed end
+        assert third is not None  # the start itself succeeded
+        assert update.exit_code is None
+        assert ids[0] in table  # the pruned one stays kept under its number...
+        assert pids_carrying(tokens[0])  # ...and still runs: it was not forgotten
+        assert len(table) == 3  # over the limit until an end succeeds
+        assert any(str(ids[0]) in record.getMessage() for record in caplog.records)
+        # The next start ends the least recently used ones until the table is within the limit.
+        fourth, _ = await table.astart(module_session, sleeper(tokens[3]), wait=0.1)
+        assert await gone(tokens[0])
+        assert await gone(tokens[1])
+        assert ids[0] not in table
+        assert ids[1] not in table
+        assert (third in table, fourth in table, len(table)) == (True, True, 2)
+    finally:
+        await table.aterminate_all()
+    assert len(table) == 0
+    for token in tokens:
+        assert await gone(token)
+
+
 async def test_processes_of_a_sandbox_already_gone_count_as_ended(
     sandbox_config: SandboxConfig, lizard_local: LocalServer
 ) -> None:

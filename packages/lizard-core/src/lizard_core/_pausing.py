@@ -19,7 +19,10 @@ polls the status. Contract:
   flight for that long. Use counts from an operation's start to its end (guest calls: commands,
   kernel cells, file operations through the guest, SDK calls through ``Session.call`` such as
   a snapshot or a fork) and at each request's start otherwise. A
-  failed idle pause is logged and tried again after another idle period, never raised.
+  failed idle pause is logged and tried again after another idle period, never raised. The
+  thread holds the session only weakly while it waits: a session dropped without a close is
+  still collected, and its thread ends within ``idle_pause_s`` of that (or :data:`IDLE_CHECK_S`
+  when shorter).
 - **Fresh boots are counted** (:attr:`Pausing.boot_epoch`, with :attr:`Pausing.boot_notice`
   saying why in words fit for a model): a resume, an attach that had to resume, a start from a
   snapshot or a fork. A :class:`~lizard_core.kernel.Kernel` reads them to report its state as
@@ -32,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -50,7 +54,7 @@ from lizard_core.errors import (
     translated,
 )
 
-__all__ = ["DEFAULT_STATE_WAIT_S", "RESTORED_NOTICE", "RESUMED_NOTICE", "Pausing"]
+__all__ = ["DEFAULT_STATE_WAIT_S", "IDLE_CHECK_S", "RESTORED_NOTICE", "RESUMED_NOTICE", "Pausing"]
 
 _log = logging.getLogger("lizard_core.session")
 
@@ -64,6 +68,9 @@ RESTORED_NOTICE: Final = (
     "This sandbox started from a snapshot, which holds files only: the Python kernel starts "
     "empty (variables, imports and functions from before the snapshot are lost; files are kept)."
 )
+IDLE_CHECK_S: Final = 30.0
+"""Longest wait (seconds) of the idle-pause thread between looks at whether its session was
+dropped without a close."""
 _NO_DEADLINE: Final = float("inf")
 _FIRST_POLL_S: Final = 0.05
 _MAX_POLL_S: Final = 1.0
@@ -358,32 +365,46 @@ class Pausing:
         if self._idle_pause_s is None or self._idler is not None or self._closed:
             return
         self._idler = threading.Thread(
-            target=self._pause_when_idle, name="lizard-core-idle-pause", daemon=True
+            target=_pause_when_idle,
+            args=(weakref.ref(self), self._keeper_wake, self._idle_pause_s),
+            name="lizard-core-idle-pause",
+            daemon=True,
         )
         self._idler.start()
 
-    def _pause_when_idle(self) -> None:
-        idle = self._idle_pause_s
-        assert idle is not None
-        while True:
-            with self._lock:
-                while True:
-                    if self._closed or self._gone:
-                        self._idler = None
-                        return
-                    due = self._last_used + idle
-                    now = time.monotonic()
-                    ready = self._sandbox is not None and not self._paused and not self._in_flight
-                    if ready and now >= due:
-                        sandbox = self._sandbox
-                        break
-                    self._keeper_wake.wait(max(due - now, 0.05) if ready else idle)
-            try:
-                self._pause_now(sandbox, idle=True)
-            except LizardIntegrationError as error:
-                _log.warning("idle pause of sandbox %s failed: %s", self._sandbox_id, error)
-                with self._lock:
-                    self._last_used = time.monotonic()
+
+def _pause_when_idle(ref: weakref.ref[Pausing], wake: threading.Condition, idle: float) -> None:
+    """The idle-pause thread: pauses the session's sandbox once idle for ``idle`` seconds.
+
+    It holds the session weakly while it waits (``wake`` is the session's condition on its
+    lock), so that a session dropped without a close is still collected; it then ends.
+    """
+    while True:
+        with wake:
+            while True:
+                session = ref()
+                if session is None:
+                    return
+                if session._closed or session._gone:
+                    session._idler = None
+                    return
+                due = session._last_used + idle
+                now = time.monotonic()
+                ready = (
+                    session._sandbox is not None and not session._paused and not session._in_flight
+                )
+                if ready and now >= due:
+                    sandbox = session._sandbox
+                    break
+                del session
+                wake.wait(min(max(due - now, 0.05) if ready else idle, IDLE_CHECK_S))
+        try:
+            session._pause_now(sandbox, idle=True)
+        except LizardIntegrationError as error:
+            _log.warning("idle pause of sandbox %s failed: %s", session._sandbox_id, error)
+            with wake:
+                session._last_used = time.monotonic()
+        del session, sandbox
 
 
 def _seconds_left(info: Any) -> float:

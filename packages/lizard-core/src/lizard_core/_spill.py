@@ -16,6 +16,8 @@ neither believes anything about it before reading. Contract:
 - Every refusal, a missing file, one the platform will not serve (a 400) and a line that is not
   a JSON frame raise :class:`~lizard_core.errors.GuestProtocolError`; a sandbox that is gone raises
   :class:`~lizard_core.errors.SandboxGoneError`.
+- :func:`open_spill` is the bounded body under both, as it arrives, for a caller that streams
+  it elsewhere (a large read of :mod:`lizard_core.resolved_files`, spooled to a file).
 - :func:`fetch_file` is the plain read under both: the bytes of a file, or None when there is
   none (a missing sandbox is told apart by its code or one ``GET`` of the sandbox record).
 """
@@ -42,7 +44,14 @@ from lizard_core.errors import (
 )
 from lizard_core.session import Session
 
-__all__ = ["HEADERS_TIMEOUT_S", "MAX_LINE", "fetch_bounded", "fetch_file", "read_spill"]
+__all__ = [
+    "HEADERS_TIMEOUT_S",
+    "MAX_LINE",
+    "fetch_bounded",
+    "fetch_file",
+    "open_spill",
+    "read_spill",
+]
 
 HEADERS_TIMEOUT_S: Final = 10.0
 """A spill is a regular file the daemon just wrote; a FIFO put in its place would block for good."""
@@ -57,7 +66,7 @@ def fetch_bounded(session: Session, sandbox: Any, path: str, *, max_bytes: int) 
     a buffer that grows as the body arrives, never one sized from its header.
     """
     pieces: list[bytes] = []
-    with _opened(session, sandbox, path, max_bytes) as chunks:
+    with open_spill(session, sandbox, path, max_bytes) as chunks:
         pieces.extend(chunks)
     return b"".join(pieces)
 
@@ -71,14 +80,16 @@ def read_spill(
     on_frame: Callable[[dict[str, Any]], None],
 ) -> None:
     """Feed the frames of the spill file ``path`` to ``on_frame``, in order (one request)."""
-    with _opened(session, sandbox, path, max_bytes) as chunks:
+    with open_spill(session, sandbox, path, max_bytes) as chunks:
         for line in bounded_lines(chunks, MAX_LINE, what="The kernel's spilled output"):
             if line:
                 on_frame(_frame(line))
 
 
 @contextlib.contextmanager
-def _opened(session: Session, sandbox: Any, path: str, max_bytes: int) -> Iterator[Iterator[bytes]]:
+def open_spill(
+    session: Session, sandbox: Any, path: str, max_bytes: int
+) -> Iterator[Iterator[bytes]]:
     """The body of ``GET files`` of ``path`` as it arrives, bounded; every refusal mapped."""
     sandbox_id = str(sandbox.sandbox_id)
     transport = session.transport()

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from lizard_core._bridge import run_blocking
+from lizard_core._chunks import check_data, rechunk
 from lizard_core._spill import fetch_bounded
 from lizard_core._transport import ReadAbandonedError
 from lizard_core._wire import AgentEnd, AgentFrame, GuestFrame
@@ -156,12 +157,6 @@ def _check_flag(value: object) -> bool:
     if type(value) is not bool:
         raise TypeError("recursive must be a bool")
     return value
-
-
-def _check_data(data: object) -> bytes:
-    if not isinstance(data, bytes | bytearray | memoryview):
-        raise TypeError(f"data must be bytes, not {type(data).__name__}")
-    return data if isinstance(data, bytes) else bytes(data)
 
 
 def _job_file(path: object) -> str:
@@ -353,7 +348,7 @@ class SandboxFiles:
             schedule_cleanup(sandbox, job)
 
     def _write_chunks(self, sandbox: Any, path: str, chunks: Iterable[bytes]) -> None:
-        pieces = _rechunk(chunks)
+        pieces = rechunk(chunks, CHUNK_SIZE)
         first = next(pieces, b"")
         second = next(pieces, None)
         if second is None and len(first) <= WRITE_INLINE:
@@ -436,7 +431,7 @@ class SandboxFiles:
     def write_bytes(self, path: str, data: bytes) -> None:
         """Write ``data`` to ``path`` (through symlinks, parents created, atomic replace)."""
         path = _check_path(path)
-        data = _check_data(data)
+        data = check_data(data)
         self._write_chunks(self._session.sandbox(), path, (data,))
 
     def write_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
@@ -509,7 +504,7 @@ class SandboxFiles:
     async def awrite_bytes(self, path: str, data: bytes) -> None:
         """Async :meth:`write_bytes`."""
         path = _check_path(path)
-        data = _check_data(data)
+        data = check_data(data)
         await self._arun(self._write_chunks, path, (data,))
 
     async def awrite_chunks(self, path: str, chunks: Iterable[bytes]) -> None:
@@ -553,30 +548,3 @@ class SandboxFiles:
             lambda sandbox, p: self._op(sandbox, {"op": "realpath", "path": p}), path
         )
         return str(final[AgentEnd.VALUE])
-
-
-def _rechunk(pieces: Iterable[bytes]) -> Iterator[bytes]:
-    """Re-cut byte strings of any sizes into CHUNK_SIZE pieces (the last one shorter).
-
-    Holds less than one chunk besides the caller's current piece.
-    """
-    buffer = bytearray()
-    for piece in pieces:
-        view = memoryview(_check_data(piece))
-        start = 0
-        if buffer:
-            start = min(CHUNK_SIZE - len(buffer), len(view))
-            buffer += view[:start]
-            if len(buffer) < CHUNK_SIZE:
-                continue
-            yield bytes(buffer)
-            buffer = bytearray()
-        if start == 0 and len(view) == CHUNK_SIZE and type(piece) is bytes:
-            yield piece  # already a chunk: no copy (a streamed upload reads exactly these)
-            continue
-        while len(view) - start >= CHUNK_SIZE:
-            yield bytes(view[start : start + CHUNK_SIZE])
-            start += CHUNK_SIZE
-        buffer += view[start:]
-    if buffer:
-        yield bytes(buffer)

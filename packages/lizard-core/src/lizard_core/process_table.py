@@ -11,7 +11,12 @@ Contract (proven against lizard-local in ``tests/test_process_table.py``):
   up, never reused while the table lives. A process that ended within its start's wait is not
   kept (its number is None).
 - **Bounded.** At most ``limit`` are kept: a start past it ends the least recently started or
-  fed one, sparing the ``protected_recent`` most recent (the OpenAI Agents SDK's policy).
+  fed one, sparing the ``protected_recent`` most recent (the OpenAI Agents SDK's policy), after
+  its own process has started. One whose end fails (a network fault, a refused request) is not
+  forgotten: it stays kept under its number, the failure is logged (``lizard_core.process_table``,
+  WARNING) and the start still returns its process, which has run (raising would invite running
+  the command again). The table is then over the limit; the next start ends as many as needed to
+  be within it again, and :meth:`ProcessTable.aterminate_all` raises if the end still fails.
 - **Feeding.** :meth:`ProcessTable.afeed` writes to a kept process and returns its output; an
   unknown number is ``KeyError``. A process that ended since its last call gives its last
   output and exit code, and a process seen ended is dropped.
@@ -24,8 +29,8 @@ Contract (proven against lizard-local in ``tests/test_process_table.py``):
 
 from __future__ import annotations
 
-import contextlib
 import itertools
+import logging
 import time
 from collections.abc import Mapping, Sequence
 
@@ -34,6 +39,8 @@ from lizard_core.interactive import InteractiveProcess, Update, astart_interacti
 from lizard_core.session import Session
 
 __all__ = ["ProcessTable"]
+
+_log = logging.getLogger(__name__)
 
 
 class ProcessTable:
@@ -76,23 +83,46 @@ class ProcessTable:
         )
         if update.exit_code is not None:
             return None, update
-        pruned = self._prune()
+        victims = self._over_limit()  # chosen before the new one is in: it is never one
         process_id = next(self._ids)
         self._kept[process_id] = process
         self._used[process_id] = time.monotonic()
-        if pruned is not None:
-            with contextlib.suppress(LizardIntegrationError):
-                await pruned.aterminate()
+        for victim in victims:
+            await self._end_pruned(victim)
         return process_id, update
 
-    def _prune(self) -> InteractiveProcess | None:
-        """At the limit, the least recently used process outside the protected ones."""
-        if len(self._kept) < self._limit:
-            return None
+    def _over_limit(self) -> list[int]:
+        """The least recently used unprotected numbers to end so that one more fits the limit.
+
+        More than one when an earlier end failed. They stay kept until their end succeeds, so a
+        failure or a cancellation cannot lose one.
+        """
+        excess = len(self._kept) + 1 - self._limit
+        if excess <= 0:
+            return []
         by_use = sorted(self._used, key=self._used.__getitem__)
-        victim = by_use[: len(by_use) - self._protected][0]
-        del self._used[victim]
-        return self._kept.pop(victim)
+        return by_use[: len(by_use) - self._protected][:excess]
+
+    async def _end_pruned(self, process_id: int) -> None:
+        """End a process pruned past the limit; one whose end fails stays kept, logged."""
+        process = self._kept.get(process_id)
+        if process is None:
+            return  # a concurrent feed saw it end, or another start pruned it
+        try:
+            await process.aterminate()
+        except SandboxGoneError:
+            pass  # its sandbox, and every process in it, has ended
+        except LizardIntegrationError as error:
+            _log.warning(
+                "process %d, pruned past the limit of %d, could not be ended and stays kept "
+                "(the next start or aterminate_all() tries again): %s",
+                process_id,
+                self._limit,
+                error,
+            )
+            return
+        self._kept.pop(process_id, None)
+        self._used.pop(process_id, None)
 
     async def afeed(self, process_id: int, data: bytes, *, wait: float) -> Update:
         """Write ``data`` to process ``process_id`` and return its output within ``wait`` s."""

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from typing import IO, Any, Final
 
 from lizard_core._bridge import run_blocking
+from lizard_core._chunks import rechunk
 from lizard_core._jobs import JOBS_ROOT, schedule_cleanup
 from lizard_core._resolved_program import (
     EXIT_BAD_PATH,
@@ -57,12 +58,11 @@ from lizard_core._resolved_program import (
     EXIT_TIMEOUT,
     PROGRAM,
 )
-from lizard_core._spill import _opened as opened_bounded
+from lizard_core._spill import open_spill
 from lizard_core.archives import iter_chunks
 from lizard_core.commands import INPUT_INLINE, STREAM_BUDGET, CommandResult, arun_command
 from lizard_core.errors import GuestProtocolError, PathRefusedError
-from lizard_core.files import SandboxFiles
-from lizard_core.files import _rechunk as rechunk
+from lizard_core.files import CHUNK_SIZE, SandboxFiles
 from lizard_core.session import Session
 from lizard_core.transfers import astage_for_user
 
@@ -175,7 +175,7 @@ def _large_size(result: CommandResult) -> int:
 def _fetch_into(session: Session, sandbox: Any, path: str, size: int, spool: IO[bytes]) -> None:
     """Stream the stage ``path`` (``size`` bytes, no more believed) into ``spool``."""
     received = 0
-    with opened_bounded(session, sandbox, path, size) as pieces:
+    with open_spill(session, sandbox, path, size) as pieces:
         for piece in pieces:
             spool.write(piece)
             received += len(piece)
@@ -262,7 +262,9 @@ async def awrite_resolved(
         sandbox = await session.asandbox()
         job = f"{JOBS_ROOT}/{uuid.uuid4().hex[:16]}"
         try:
-            staged = await run_blocking(_upload, session, sandbox, job, rechunk(pieces()))
+            staged = await run_blocking(
+                _upload, session, sandbox, job, rechunk(pieces(), CHUNK_SIZE)
+            )
             env = {"LIZARD_STAGED": ":".join(staged)}
             _checked(await _run(session, "write", resolver, None, env=env))
         finally:

@@ -30,6 +30,8 @@ import errno
 import os
 from typing import TYPE_CHECKING
 
+from ._wait_status import returncode
+
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List, Optional
 
@@ -127,6 +129,4 @@ def reap(command: List[Any], block: bool) -> Optional[int]:
         pid, status = os.waitpid(command[0], 0 if block else os.WNOHANG)
     except ChildProcessError:
         return 0  # reaped elsewhere, as Popen reports it
-    if not pid:
-        return None
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    return returncode(status) if pid else None  # pid 0: still running

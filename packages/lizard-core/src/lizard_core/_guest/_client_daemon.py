@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ._descriptors import close_from
+from ._wait_status import returncode
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import List, Optional, Tuple
@@ -377,9 +378,7 @@ def exit_code(pid: int, wait_s: float) -> Optional[int]:
         except ChildProcessError:
             return None
         if done:
-            if os.WIFSIGNALED(status):
-                return -os.WTERMSIG(status)
-            return os.WEXITSTATUS(status)
+            return returncode(status)
         if time.monotonic() >= end:
             return None
         time.sleep(0.005)
