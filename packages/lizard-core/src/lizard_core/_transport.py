@@ -25,6 +25,12 @@ connection. Contract:
   propagate as they are. Headers that miss a ``headers_timeout`` raise
   :class:`ReadAbandonedError`, which is not an httpx error, so it is neither translated nor
   retried.
+- **The create too.** :meth:`Transport.api_request` sends an account-level request (the
+  create, see :mod:`lizard_core._create`) on the same pool, so a new sandbox's first exec
+  reuses the create's connection instead of opening (and handshaking) a second one.
+- **One SSL context per process.** httpx builds a context per client (loading the CA bundle:
+  about 20 ms of CPU); every Transport shares one, built as httpx builds it (``SSL_CERT_FILE``,
+  else ``SSL_CERT_DIR``, else certifi) and built again when either variable changes.
 - **Lifecycle.** The client is created on first use, once, however many threads ask; requests
   from several threads share its pool (httpx's ``Client`` is thread-safe). :meth:`close`
   closes it; a transport used after ``close`` raises
@@ -42,7 +48,9 @@ import contextlib
 import gc
 import io
 import json
+import os
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
@@ -55,11 +63,13 @@ from lizard_core._lines import bounded_lines
 from lizard_core.errors import ReadAbandonedError, SandboxGoneError
 
 __all__ = [
+    "API_TIMEOUT_S",
     "FILES_TIMEOUT_S",
     "KEEPALIVE_S",
     "MAX_EVENT_LINE",
     "ReadAbandonedError",
     "Transport",
+    "shared_ssl_context",
 ]
 
 FILES_TIMEOUT_S: Final = 60.0
@@ -72,6 +82,26 @@ MAX_EVENT_LINE: Final = 4 * 1024 * 1024
 """Longest server-sent event line read from an exec stream (the platform splits output lines at
 64 KiB, which JSON escaping can grow sixfold)."""
 _DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
+API_TIMEOUT_S: Final = 60.0
+"""The SDK's ``HTTP_TIMEOUT_S`` for account-level requests such as the create."""
+
+_SSL_LOCK: Final = threading.Lock()
+_ssl_cache: tuple[tuple[str | None, str | None], ssl.SSLContext] | None = None
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """The process's SSL context for the Lizard API, as httpx's default client would build it.
+
+    Loading a CA bundle costs about 20 ms of CPU, which httpx pays for every client; one
+    context serves every session (an ``SSLContext`` is safe to share between threads). The
+    variables httpx reads are part of the key, so setting ``SSL_CERT_FILE`` later still counts.
+    """
+    global _ssl_cache
+    key = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    with _SSL_LOCK:
+        if _ssl_cache is None or _ssl_cache[0] != key:
+            _ssl_cache = (key, httpx.create_ssl_context(verify=True, trust_env=True))
+        return _ssl_cache[1]
 
 
 class Transport:
@@ -97,8 +127,27 @@ class Transport:
             if self._client is None:
                 # httpx's defaults otherwise, as the SDK's module-level calls use them (trust
                 # env, certifi, no redirects), so TLS and proxies behave as before.
-                self._client = httpx.Client(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+                self._client = httpx.Client(
+                    verify=shared_ssl_context(),
+                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
+                )
             return self._client
+
+    def api_request(
+        self, method: str, path: str, *, json_body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One account-level request (``{api_url}{path}``) on the pool, read whole.
+
+        The SDK's headers and 60 s limit; the response is returned whatever its status (the
+        caller hands a failure to ``handle_api_error``, as the SDK does).
+        """
+        return self._get_client().request(
+            method,
+            f"{self._api_url}{path}",
+            headers=self._headers,
+            json=json_body,
+            timeout=API_TIMEOUT_S,
+        )
 
     def _url(self, sandbox_id: str, route: str) -> str:
         return f"{self._api_url}/api/sandboxes/{sandbox_id}/{route}"

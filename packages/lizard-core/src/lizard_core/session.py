@@ -9,7 +9,7 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   result or error. A failed acquisition is not retried behind the caller's back.
   :meth:`Session.open_ahead` starts it in a worker thread while the caller does host-side work;
   the next use waits for it (or gets its error).
-- **The id is never lost.** The sandbox is recorded as soon as ``Sandbox.create`` returns; a
+- **The id is never lost.** The sandbox is recorded as soon as the create returns; a
   cancelled ``await`` or Ctrl-C waits for the create first (:mod:`lizard_core._bridge`), so
   :meth:`Session.destroy` can still kill it.
 - **A create is a create.** A 404 or an unreadable answer to it is a base
@@ -70,6 +70,7 @@ from lizard.config import ConnectionConfig
 from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
+from lizard_core._create import create_sandbox
 from lizard_core._keep_alive import KeepAlive
 from lizard_core._liveness import GONE_STATUSES, confirm_alive
 from lizard_core._pausing import DEFAULT_STATE_WAIT_S, RESTORED_NOTICE, Pausing
@@ -471,7 +472,7 @@ class Session(KeepAlive, Pausing, Teardown):
         # cannot be read: its sandbox, if any, ends with its lifetime.)
         with translated(creating=True):
             try:
-                sandbox = Sandbox.create(**self._create_kwargs())
+                sandbox = create_sandbox(self.transport(), **self._create_kwargs())
             except MALFORMED_ANSWER as exc:
                 raise malformed_answer("create", exc) from exc
         with self._lock:
