@@ -8,11 +8,16 @@ create and first command share one connection, and every session shares one SSL 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import ssl
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import lizard
+import lizard.config
 import pytest
 from lizard import Sandbox
 from stub_api import StubApi
@@ -239,17 +244,62 @@ def test_a_malformed_answer_raises_what_the_session_reports_as_malformed(
         create_sandbox(Transport(stub.url, KEY), api_key=KEY, api_url=stub.url, project_id="p1")
 
 
+PROJECTS = ("GET", "/api/projects")
+
+
 def test_a_session_reports_a_malformed_create_answer_as_such(stub: StubApi) -> None:
+    stub.routes[PROJECTS] = (200, [{"id": "p1", "slug": "p1", "name": "p1"}])
     stub.routes[CREATE] = (201, {"sandboxId": ["not", "an", "id"]})
     config = SandboxConfig.from_env(api_key=KEY, api_url=stub.url, project_id="p1")
     with Session(config) as session, pytest.raises(LizardIntegrationError, match="create"):
         session.sandbox()
+    assert CREATE in stub.seen  # the create's answer was refused, not the project look-up
+
+
+def test_a_numeric_sandbox_id_is_deleted_before_the_answer_is_refused(stub: StubApi) -> None:
+    """The SDK would take ``7`` as an id: it may name a sandbox, so it is not left billing."""
+    stub.routes[PROJECTS] = (200, [{"id": "p1", "slug": "p1", "name": "p1"}])
+    stub.routes[CREATE] = (201, {"sandboxId": 7})
+    stub.routes[("DELETE", "/api/sandboxes/7")] = (200, {})
+    config = SandboxConfig.from_env(api_key=KEY, api_url=stub.url, project_id="p1")
+    with Session(config) as session, pytest.raises(LizardIntegrationError, match="create"):
+        session.sandbox()
+    assert stub.seen[-2:] == [CREATE, ("DELETE", "/api/sandboxes/7")]
+
+
+def test_the_create_has_the_sdks_time_limit(stub: StubApi, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``lizard.config.HTTP_TIMEOUT_S``, read when sent: a create that never answers ends."""
+    stalled = threading.Event()
+
+    def never_answer(handler: Any) -> None:
+        stalled.wait(10)
+
+    stub.routes[CREATE] = (0, never_answer)
+    monkeypatch.setattr(lizard.config, "HTTP_TIMEOUT_S", 0.5)
+    try:
+        with pytest.raises(httpx.ReadTimeout):
+            create_sandbox(Transport(stub.url, KEY), api_key=KEY, project_id="p1")
+    finally:
+        stalled.set()
 
 
 def test_an_argument_the_create_does_not_know_is_refused_unsent(stub: StubApi) -> None:
     with pytest.raises(TypeError, match="lizard_token"):
         create_sandbox(Transport(stub.url, KEY), api_key=KEY, project_id="p1", lizard_token="liz_x")
     assert stub.requests == []
+
+
+def test_the_create_sends_every_header_the_sdk_sends(stub: StubApi) -> None:
+    stub.routes[CREATE] = (201, {"sandboxId": "sbx_1"})
+    headers = []
+    for make in (
+        lambda: Sandbox.create(api_key=KEY, api_url=stub.url, project_id="p1"),
+        lambda: create_sandbox(Transport(stub.url, KEY), api_key=KEY, project_id="p1"),
+    ):
+        stub.requests.clear()
+        make()
+        headers.append({k.lower(): v for k, v in stub.requests[0][2].items()})
+    assert headers[1] == headers[0]
 
 
 def test_a_new_sessions_create_and_first_command_share_one_connection(
@@ -301,3 +351,83 @@ def test_a_changed_ssl_cert_file_is_trusted_by_the_next_session(
         with Session(config) as session:
             assert run_command(session, ["true"]).exit_code == 0
         assert server.sandboxes() == []
+
+
+def _tls_config(server: LocalServer) -> SandboxConfig:
+    return SandboxConfig.from_env(
+        api_key=server.env["LIZARD_API_KEY"],
+        api_url=server.url,
+        project_id=server.env["LIZARD_PROJECT_ID"],
+        lifetime_ms=60_000,
+    )
+
+
+def test_a_ca_bundle_updated_in_place_is_trusted_by_the_next_session(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As when each client loaded the bundle: the next session reads it again once it changed."""
+    bundle = tmp_path / "ca.pem"
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    outputs = []
+    for _ in range(2):  # two servers, two CAs, one bundle file rewritten in place
+        with LocalServer(tls=True) as server:
+            assert server.ca_file is not None
+            shutil.copy(server.ca_file, bundle)
+            with Session(_tls_config(server)) as session:
+                outputs.append(run_command(session, ["echo", "ok"]).stdout)
+    assert outputs == [b"ok\n", b"ok\n"]
+
+
+def _run_in_both(session: Session) -> tuple[str, str]:
+    """Fork; parent and child each run a command on ``session`` at once; what each got."""
+    read, write = os.pipe()
+    pid = os.fork()
+    me = "child" if pid == 0 else "parent"
+    try:
+        got = run_command(session, ["sh", "-c", f"sleep 0.05; echo {me}"]).stdout
+        text = got.decode().strip()
+    except BaseException as exc:  # reported in the result, not hidden
+        text = f"{type(exc).__name__}: {exc}"[:200]
+    if pid == 0:
+        os.write(write, text.encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read, "rb") as pipe:
+        child = pipe.read().decode()
+    return text, child
+
+
+def test_a_child_forked_after_the_create_uses_a_connection_of_its_own(
+    sandbox_config: SandboxConfig, no_new_sandboxes: None
+) -> None:
+    """Two processes on one socket would read each other's answers."""
+    outcomes = []
+    for _ in range(3):
+        with Session(sandbox_config) as session:
+            session.sandbox()
+            outcomes.append(_run_in_both(session))
+    assert outcomes == [("parent", "child")] * 3
+
+
+def test_over_tls_a_child_leaves_the_parents_connection_working(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The child's TLS records (or its close) on the parent's connection would break it."""
+    with LocalServer(tls=True) as server:
+        assert server.ca_file is not None
+        monkeypatch.setenv("SSL_CERT_FILE", server.ca_file)
+        with Session(_tls_config(server)) as session:
+            session.sandbox()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    run_command(session, ["true"])
+                    session.close()  # drops the parent's client without closing it
+                    code = 0
+                finally:
+                    os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            assert os.waitstatus_to_exitcode(status) == 0
+            assert run_command(session, ["echo", "parent"]).stdout == b"parent\n"

@@ -26,7 +26,7 @@ from lizard.config import ConnectionConfig
 from lizard.project import resolve_project_id
 
 from lizard_core._bridge import run_blocking, wait_done
-from lizard_core._create import create_sandbox
+from lizard_core._create import create_request, send_create
 from lizard_core._pausing import RESTORED_NOTICE
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
@@ -262,8 +262,9 @@ class Acquisition:
         # would never learn; a second create would make another. (So may one whose answer
         # cannot be read: its sandbox, if any, ends with its lifetime.)
         with translated(creating=True):
+            request = create_request(**self._create_kwargs())
             try:
-                sandbox = create_sandbox(self.transport(), **self._create_kwargs())
+                sandbox = send_create(self.transport(), request)
             except MALFORMED_ANSWER as exc:
                 raise malformed_answer("create", exc) from exc
         with self._lock:

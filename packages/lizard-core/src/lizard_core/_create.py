@@ -20,16 +20,19 @@ a test that sends both to one recording server):
   a sandbox with internet is never handed over when none was asked for.
 - **The same result.** ``lizard.Sandbox(sandbox_id, api_key=, api_url=, timeout_ms=)``, built
   from the answer's ``sandboxId`` with no request. An answer that is not a JSON object with a
-  string ``sandboxId`` raises ``ValueError``, ``KeyError`` or ``TypeError`` as the SDK's
-  would, which the session reports as a malformed answer.
-- **Only what the session sends.** The keywords are the ones
-  :meth:`lizard_core.config.SandboxConfig.create_kwargs` and the session produce; another
-  raises ``TypeError`` rather than being dropped unsent.
+  ``sandboxId`` raises ``ValueError``, ``KeyError`` or ``TypeError`` as the SDK's would, which
+  the session reports as a malformed answer. Stricter than the SDK: a ``sandboxId`` that is
+  not a string is ``TypeError`` too, and a number, which may still name a sandbox, is deleted
+  first (quietly, like the no-internet case), so nothing is left billing.
+- **Only what the session sends.** :func:`create_request` builds the request before anything
+  is sent, from the keywords :meth:`lizard_core.config.SandboxConfig.create_kwargs` and the
+  session produce; another raises ``TypeError`` there, never mistaken for a bad answer.
 """
 
 from __future__ import annotations
 
 import contextlib
+from dataclasses import dataclass
 from typing import Any, Final
 
 from lizard import Sandbox
@@ -38,7 +41,7 @@ from lizard.errors import LizardError, handle_api_error
 
 from lizard_core._transport import Transport
 
-__all__ = ["create_sandbox"]
+__all__ = ["CreateRequest", "create_request", "create_sandbox", "send_create"]
 
 _DEFAULT_TEMPLATE: Final = "base"
 _KNOWN: Final = frozenset(
@@ -60,15 +63,28 @@ _KNOWN: Final = frozenset(
 )
 
 
-def create_sandbox(transport: Transport, **kwargs: Any) -> Sandbox:
-    """Create a sandbox as ``lizard.Sandbox.create(**kwargs)`` would, on ``transport``'s pool.
+@dataclass(frozen=True)
+class CreateRequest:
+    """A create's body and what its answer is checked against, built before anything is sent."""
 
-    ``project_id`` must be the exact id (the session resolves names once per process).
+    body: dict[str, Any]
+    default_region: bool
+    no_internet: bool
+    allowed_hosts: bool
+    api_key: str | None
+    api_url: str | None
+    timeout_ms: int | None
+
+
+def create_request(**kwargs: Any) -> CreateRequest:
+    """The request ``lizard.Sandbox.create(**kwargs)`` would send, checked and built unsent.
+
+    ``TypeError`` for a keyword it does not know. ``project_id`` must be the exact id (the
+    session resolves names once per process).
     """
     unknown = sorted(set(kwargs) - _KNOWN)
     if unknown:
-        raise TypeError(f"create_sandbox() got unexpected keyword arguments {unknown}")
-    internet_access = kwargs.get("internet_access", True)
+        raise TypeError(f"create_request() got unexpected keyword arguments {unknown}")
     allowed_hosts = kwargs.get("allowed_hosts")
     snapshot_id = kwargs.get("snapshot_id")
     region = kwargs.get("region")
@@ -89,26 +105,40 @@ def create_sandbox(transport: Transport, **kwargs: Any) -> Sandbox:
         body["region"] = region or DEFAULT_SANDBOX_REGION
     if kwargs.get("volume_name"):
         body["volumeName"] = kwargs["volume_name"]
-    no_internet = internet_access is False or bool(allowed_hosts)
+    no_internet = kwargs.get("internet_access", True) is False or bool(allowed_hosts)
     if no_internet:
         body["internetAccess"] = False
     if allowed_hosts:
         body["allowedHosts"] = list(allowed_hosts)
-    res = transport.api_request("POST", "/api/sandboxes", json_body=body)
-    if default_region and res.status_code == 503 and _region_unavailable(res):
-        retry = {k: v for k, v in body.items() if k != "region"}
+    return CreateRequest(
+        body=body,
+        default_region=default_region,
+        no_internet=no_internet,
+        allowed_hosts=bool(allowed_hosts),
+        api_key=kwargs.get("api_key"),
+        api_url=kwargs.get("api_url"),
+        timeout_ms=timeout_ms,
+    )
+
+
+def send_create(transport: Transport, request: CreateRequest) -> Sandbox:
+    """Send ``request`` on ``transport``'s pool and return the SDK's ``Sandbox`` for the answer."""
+    res = transport.api_request("POST", "/api/sandboxes", json_body=request.body)
+    if request.default_region and res.status_code == 503 and _region_unavailable(res):
+        retry = {k: v for k, v in request.body.items() if k != "region"}
         res = transport.api_request("POST", "/api/sandboxes", json_body=retry)
     if not res.is_success:
         handle_api_error(res.status_code, res.text)
     data = res.json()
     sandbox_id = data["sandboxId"]
     if not isinstance(sandbox_id, str):
+        if isinstance(sandbox_id, int) and not isinstance(sandbox_id, bool):
+            # Malformed, yet it may name a sandbox (the SDK would have taken it): not left billing.
+            _delete_quietly(transport, str(sandbox_id))
         raise TypeError(f"the create answered a sandboxId of type {type(sandbox_id).__name__}")
-    unsupported = bool(allowed_hosts) and not isinstance(data.get("allowedHosts"), list)
-    if unsupported or (no_internet and data.get("internetAccess") is not False):
-        # The SDK ignores a failed delete too: the error below is what the caller must see.
-        with contextlib.suppress(Exception):
-            transport.api_request("DELETE", f"/api/sandboxes/{sandbox_id}")
+    unsupported = request.allowed_hosts and not isinstance(data.get("allowedHosts"), list)
+    if unsupported or (request.no_internet and data.get("internetAccess") is not False):
+        _delete_quietly(transport, sandbox_id)
         raise LizardError(
             "This server does not support allowed_hosts yet; the sandbox it started was deleted"
             if unsupported
@@ -117,10 +147,21 @@ def create_sandbox(transport: Transport, **kwargs: Any) -> Sandbox:
         )
     return Sandbox(
         sandbox_id,
-        api_key=kwargs.get("api_key"),
-        api_url=kwargs.get("api_url"),
-        timeout_ms=timeout_ms,
+        api_key=request.api_key,
+        api_url=request.api_url,
+        timeout_ms=request.timeout_ms,
     )
+
+
+def create_sandbox(transport: Transport, **kwargs: Any) -> Sandbox:
+    """Create a sandbox as ``lizard.Sandbox.create(**kwargs)`` would, on ``transport``'s pool."""
+    return send_create(transport, create_request(**kwargs))
+
+
+def _delete_quietly(transport: Transport, sandbox_id: str) -> None:
+    # The SDK ignores a failed delete too: the error its caller raises is what must be seen.
+    with contextlib.suppress(Exception):
+        transport.api_request("DELETE", f"/api/sandboxes/{sandbox_id}")
 
 
 def _region_unavailable(res: Any) -> bool:
