@@ -22,14 +22,17 @@ class StubApi:
     def __init__(self) -> None:
         self.routes: dict[tuple[str, str], tuple[int, Any]] = {}
         self.seen: list[tuple[str, str]] = []
+        # Every request whole: method, path with its query, headers, body.
+        self.requests: list[tuple[str, str, dict[str, str], bytes]] = []
         stub = self
 
         class Handler(BaseHTTPRequestHandler):
             def _answer(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
+                data = self.rfile.read(length)
                 path = self.path.split("?", 1)[0]
                 stub.seen.append((self.command, path))
+                stub.requests.append((self.command, self.path, dict(self.headers), data))
                 status, body = stub.routes.get(
                     (self.command, path), (404, {"error": "no route", "code": "NOT_FOUND"})
                 )

@@ -6,10 +6,12 @@ connection and builds a new SSL context each time (``docs/performance.md`` count
 instead, so consecutive commands and file operations of a session reuse one kept-alive
 connection. Contract:
 
-- **Only the hot paths.** :meth:`Transport.exec_stream` (the streaming exec of the guest
-  protocol), :meth:`Transport.read_bytes` (``GET files``) and :meth:`Transport.write_bytes`
-  (``POST files``, base64). Lifecycle calls (create, connect, kill, set_timeout, get_info) stay
-  on the SDK.
+- **The hot paths and the create.** :meth:`Transport.exec_stream` (the streaming exec of the
+  guest protocol), :meth:`Transport.read_bytes` (``GET files``), :meth:`Transport.write_bytes`
+  (``POST files``, base64), and :meth:`Transport.api_request` for the create
+  (:mod:`lizard_core._create`), so a new sandbox's first exec reuses the create's connection
+  instead of opening (and handshaking) a second one. The other lifecycle calls (connect, kill,
+  set_timeout, get_info, pause) stay on the SDK.
 - **The SDK's wire contract, exactly** (``lizard/sandbox/process.py`` and ``fs.py``): the same
   URLs (``{api_url}/api/sandboxes/{id}/exec`` and ``.../files``), headers (``X-API-Key``,
   ``Content-Type: application/json``, and ``Accept: text/event-stream`` for the exec), JSON
@@ -25,6 +27,14 @@ connection. Contract:
   propagate as they are. Headers that miss a ``headers_timeout`` raise
   :class:`ReadAbandonedError`, which is not an httpx error, so it is neither translated nor
   retried.
+- **One SSL context per process.** httpx builds a context per client (loading the CA bundle:
+  about 20 ms of CPU); every Transport shares one, built as httpx builds it (``SSL_CERT_FILE``,
+  else ``SSL_CERT_DIR``, else certifi) and built again when either variable changes or the
+  bundle it loaded changes on disk (its size, modification time or inode), so a CA bundle
+  updated in place is trusted by the next session, as it was when each client loaded it.
+- **Forks.** A child process forked while a transport holds a connection never uses or closes
+  the parent's (two processes on one socket would read each other's answers): its first use
+  in the child starts a client of its own, and :meth:`close` there drops the parent's unused.
 - **Lifecycle.** The client is created on first use, once, however many threads ask; requests
   from several threads share its pool (httpx's ``Client`` is thread-safe). :meth:`close`
   closes it; a transport used after ``close`` raises
@@ -42,12 +52,16 @@ import contextlib
 import gc
 import io
 import json
+import os
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Final
 
+import certifi
 import httpx
+import lizard.config
 from lizard import ProcessResult
 from lizard.errors import handle_api_error
 
@@ -60,6 +74,7 @@ __all__ = [
     "MAX_EVENT_LINE",
     "ReadAbandonedError",
     "Transport",
+    "shared_ssl_context",
 ]
 
 FILES_TIMEOUT_S: Final = 60.0
@@ -73,6 +88,50 @@ MAX_EVENT_LINE: Final = 4 * 1024 * 1024
 64 KiB, which JSON escaping can grow sixfold)."""
 _DEFAULT_EXEC_TIMEOUT_MS: Final = 60_000
 
+# Module locks a fork could inherit held (by another thread of the parent): made anew in the child.
+_SSL_LOCK = threading.Lock()
+_FORK_LOCK = threading.Lock()
+_ssl_cache: tuple[tuple[object, ...], ssl.SSLContext] | None = None
+
+
+def _after_fork_in_child() -> None:
+    global _SSL_LOCK, _FORK_LOCK
+    _SSL_LOCK = threading.Lock()
+    _FORK_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _ssl_key() -> tuple[object, ...]:
+    """What the context httpx would build depends on: its variables and the bundle's file."""
+    cert_file = os.environ.get("SSL_CERT_FILE") or None
+    cert_dir = os.environ.get("SSL_CERT_DIR") or None
+    source = cert_file or cert_dir or certifi.where()
+    try:
+        st = os.stat(source)
+        stamp: tuple[int, ...] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    except OSError:
+        stamp = ()  # httpx's own load reports it
+    return (cert_file, cert_dir, source, stamp)
+
+
+def shared_ssl_context() -> ssl.SSLContext:
+    """The process's SSL context for the Lizard API, as httpx's default client would build it.
+
+    Loading a CA bundle costs about 20 ms of CPU, which httpx pays for every client; one
+    context serves every session (an ``SSLContext`` is safe to share between threads). The
+    variables httpx reads and the loaded bundle's size, modification time and inode are its
+    key, so setting ``SSL_CERT_FILE`` later, or updating the bundle in place, still counts.
+    """
+    global _ssl_cache
+    key = _ssl_key()
+    with _SSL_LOCK:
+        if _ssl_cache is None or _ssl_cache[0] != key:
+            _ssl_cache = (key, httpx.create_ssl_context(verify=True, trust_env=True))
+        return _ssl_cache[1]
+
 
 class Transport:
     """A lazily created, thread-safe pooled ``httpx.Client`` for one session's hot paths."""
@@ -84,21 +143,54 @@ class Transport:
         self._lock = threading.Lock()
         self._client: httpx.Client | None = None
         self._closed = False
+        self._pid = os.getpid()  # the process whose connections the client holds
 
     def __repr__(self) -> str:
-        with self._lock:
+        with self._own_lock():
             state = "closed" if self._closed else "open" if self._client else "lazy"
         return f"Transport(api_url={self._api_url!r}, state={state})"
 
+    def _own_lock(self) -> threading.Lock:
+        """The lock, after forgetting a forked parent's client (and maybe held lock) in a child."""
+        if self._pid != os.getpid():
+            with _FORK_LOCK:
+                if self._pid != os.getpid():
+                    # Neither used nor closed: its sockets are the parent's (closing one over
+                    # TLS would write to it); the parent's threads, and their locks, are gone.
+                    self._client = None
+                    self._lock = threading.Lock()
+                    self._pid = os.getpid()
+        return self._lock
+
     def _get_client(self) -> httpx.Client:
-        with self._lock:
+        with self._own_lock():
             if self._closed:
                 raise SandboxGoneError("This session was destroyed or closed; start a new Session.")
             if self._client is None:
                 # httpx's defaults otherwise, as the SDK's module-level calls use them (trust
                 # env, certifi, no redirects), so TLS and proxies behave as before.
-                self._client = httpx.Client(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S))
+                self._client = httpx.Client(
+                    verify=shared_ssl_context(),
+                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_S),
+                )
             return self._client
+
+    def api_request(
+        self, method: str, path: str, *, json_body: dict[str, Any] | None = None
+    ) -> httpx.Response:
+        """One account-level request (``{api_url}{path}``) on the pool, read whole.
+
+        The SDK's headers and limit (``HTTP_TIMEOUT_S``, 60 s); the response is returned
+        whatever its status (the caller hands a failure to ``handle_api_error``, as the SDK
+        does).
+        """
+        return self._get_client().request(
+            method,
+            f"{self._api_url}{path}",
+            headers=self._headers,
+            json=json_body,
+            timeout=lizard.config.HTTP_TIMEOUT_S,
+        )
 
     def _url(self, sandbox_id: str, route: str) -> str:
         return f"{self._api_url}/api/sandboxes/{sandbox_id}/{route}"
@@ -315,7 +407,7 @@ class Transport:
 
     def close(self) -> None:
         """Close the pool (idempotent); later use raises SandboxGoneError."""
-        with self._lock:
+        with self._own_lock():
             client, self._client = self._client, None
             self._closed = True
         if client is not None:

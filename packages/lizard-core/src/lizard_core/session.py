@@ -9,7 +9,7 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   result or error. A failed acquisition is not retried behind the caller's back.
   :meth:`Session.open_ahead` starts it in a worker thread while the caller does host-side work;
   the next use waits for it (or gets its error).
-- **The id is never lost.** The sandbox is recorded as soon as ``Sandbox.create`` returns; a
+- **The id is never lost.** The sandbox is recorded as soon as the create returns; a
   cancelled ``await`` or Ctrl-C waits for the create first (:mod:`lizard_core._bridge`), so
   :meth:`Session.destroy` can still kill it.
 - **A create is a create.** A 404 or an unreadable answer to it is a base
@@ -47,8 +47,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   create never is.
 - **Credentials.** The API key goes only to the SDK and the pooled client's header.
 - **Project.** Creating needs one (else :class:`ValueError` at construction); attaching does not.
-- **One pooled connection** (:meth:`Session.transport`) carries execs and files requests;
-  lifecycle calls stay on the SDK.
+- **One pooled connection** (:meth:`Session.transport`) carries the create, execs and files
+  requests; the other lifecycle calls stay on the SDK.
 - **Cost.** A new sandbox is one ``POST /api/sandboxes`` (the SDK resolves the project once per
   process); no read-back follows.
 """
@@ -56,7 +56,6 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import logging
 import re
 import threading
@@ -66,22 +65,19 @@ from typing import Any, Final, TypeVar
 
 import anyio
 from lizard import Sandbox
-from lizard.config import ConnectionConfig
-from lizard.project import resolve_project_id
 
-from lizard_core._bridge import run_blocking, wait_done
+from lizard_core._acquisition import Acquisition
+from lizard_core._bridge import run_blocking
 from lizard_core._keep_alive import KeepAlive
 from lizard_core._liveness import GONE_STATUSES, confirm_alive
-from lizard_core._pausing import DEFAULT_STATE_WAIT_S, RESTORED_NOTICE, Pausing
+from lizard_core._pausing import DEFAULT_STATE_WAIT_S, Pausing
 from lizard_core._retry import RetryPolicy, attempts
 from lizard_core._teardown import Teardown
 from lizard_core._transport import Transport
 from lizard_core.checks import check_seconds
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
-    MALFORMED_ANSWER,
     SandboxGoneError,
-    malformed_answer,
     translated,
 )
 from lizard_core.snapshots import check_snapshot_id
@@ -89,7 +85,6 @@ from lizard_core.volumes import (
     DEFAULT_VOLUME_SIZE_GB,
     check_volume_name,
     check_volume_size,
-    ensure_volume,
 )
 
 __all__ = ["GONE_STATUSES", "RetryPolicy", "Session", "confirm_alive"]
@@ -100,10 +95,8 @@ _log = logging.getLogger(__name__)
 
 _SANDBOX_ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
-_PROJECT_LOOKUP: Final = threading.Lock()
 
-
-class Session(KeepAlive, Pausing, Teardown):
+class Session(Acquisition, KeepAlive, Pausing, Teardown):
     """A lazily created (or attached) Lizard sandbox shared by threads and tasks.
 
     ``sandbox_id`` attaches to an existing sandbox instead of creating one, whatever its state.
@@ -272,7 +265,7 @@ class Session(KeepAlive, Pausing, Teardown):
             )
 
     def transport(self) -> Transport:
-        """This session's pooled client for exec and files requests (see :mod:`._transport`).
+        """This session's pooled client for the create, exec and files requests (:mod:`._transport`).
 
         Made on first use (no request; its connection opens with the first request sent) and
         shared by every thread; closed by :meth:`destroy` / :meth:`close`, after which this
@@ -285,227 +278,6 @@ class Session(KeepAlive, Pausing, Teardown):
             if self._transport is None:
                 self._transport = Transport(**self.api_kwargs())
             return self._transport
-
-    # ── acquisition ──────────────────────────────────────────────────────
-
-    def sandbox(self) -> Any:
-        """Return the ``lizard.Sandbox``, creating or attaching on first use (blocking).
-
-        Safe to call from many threads at once: one acquisition, shared by all. A sandbox this
-        session paused is resumed first.
-        """
-        sandbox = self._acquired()
-        self._ensure_running(sandbox)
-        if self._idle_pause_s is None:
-            self._maybe_extend(sandbox)
-        else:
-            with self.in_use():  # a slow extension is use: no idle pause before the operation
-                self._maybe_extend(sandbox)
-        return sandbox
-
-    def open_ahead(self) -> None:
-        """Start creating (or attaching to) the sandbox in a worker thread; return at once.
-
-        For a caller with host-side work to do before its first operation: the create runs
-        meanwhile, and the next :meth:`sandbox` or :meth:`asandbox` waits for it, or raises
-        its error (to that caller only: a later use tries again, as after any failed
-        acquisition). Does nothing when the sandbox is there or being acquired, or the
-        session is closed.
-        """
-        with self._lock:
-            if self._destroyed or self._closed or self._gone:
-                return
-            if self._sandbox is not None or self._acquiring is not None:
-                return
-            future: concurrent.futures.Future[Any] = concurrent.futures.Future()
-            self._acquiring = self._ahead = future
-
-        def acquire() -> None:
-            with contextlib.suppress(BaseException):  # the outcome is in ``future``
-                self._acquire(future)
-
-        try:
-            threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
-        except RuntimeError:  # no thread to be had: the next use creates it itself
-            with self._lock:
-                if self._ahead is future:
-                    self._ahead = None
-                if self._acquiring is future:
-                    self._acquiring = None
-            future.cancel()  # a caller already waiting on it claims again
-
-    def _acquired(self) -> Any:
-        while True:
-            sandbox, future, owner = self._claim()
-            if sandbox is not None:
-                break
-            assert future is not None
-            if owner:
-                try:
-                    sandbox = self._acquire_uninterrupted(future)
-                finally:
-                    self._release_unstarted(future)
-                break
-            try:
-                sandbox = future.result()
-                break
-            except concurrent.futures.CancelledError:
-                continue  # its owner gave up before starting: claim it again
-        return sandbox
-
-    async def asandbox(self) -> Any:
-        """Return the ``lizard.Sandbox``, creating or attaching on first use (async).
-
-        Safe from many tasks at once. The create runs in a worker thread that records the
-        sandbox itself; a cancelled caller waits for it to finish, then is cancelled.
-        """
-        while True:
-            sandbox, future, owner = self._claim()
-            if sandbox is not None:
-                break
-            assert future is not None
-            if owner:
-                try:
-                    sandbox = await run_blocking(self._acquire, future)
-                finally:
-                    # Under trio a caller cancelled before the thread started never runs
-                    # _acquire; hand the claim back so that waiters are not stranded.
-                    self._release_unstarted(future)
-                break
-            await wait_done(future)
-            if future.cancelled():
-                continue
-            sandbox = future.result()
-            break
-        if self._idle_pause_s is not None or self._paused:
-            await run_blocking(self._ensure_running, sandbox)
-        if self._idle_pause_s is None:
-            await self._amaybe_extend(sandbox)
-        else:
-            with self.in_use():  # a slow extension is use: no idle pause before the operation
-                await self._amaybe_extend(sandbox)
-        return sandbox
-
-    def _check_usable(self) -> None:
-        if self._destroyed or self._closed:
-            raise SandboxGoneError(
-                "This session was destroyed or closed; start a new Session.",
-                sandbox_id=self._sandbox_id,
-            )
-        if self._gone:
-            raise SandboxGoneError(
-                f"The sandbox {self._sandbox_id} no longer exists (killed or expired).",
-                sandbox_id=self._sandbox_id,
-            )
-
-    def _claim(self) -> tuple[Any, concurrent.futures.Future[Any] | None, bool]:
-        """Return (sandbox, None, False), or the acquisition future and whether we own it."""
-        with self._lock:
-            self._check_usable()
-            ahead, self._ahead = self._ahead, None
-            if self._sandbox is not None:
-                return self._sandbox, None, False
-            if ahead is not None and ahead.done():
-                return None, ahead, False  # it failed: its error is this caller's
-            if self._acquiring is None:
-                self._acquiring = concurrent.futures.Future()
-                return None, self._acquiring, True
-            return None, self._acquiring, False
-
-    def _release_unstarted(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            # cancel() succeeds only on a future _acquire never started.
-            if self._acquiring is future and future.cancel():
-                self._acquiring = None
-
-    def _acquire(self, future: concurrent.futures.Future[Any]) -> Any:
-        """Create or attach, record the sandbox, and complete ``future``. Runs in one thread."""
-        if not future.set_running_or_notify_cancel():
-            raise concurrent.futures.CancelledError
-        try:
-            sandbox = self._open()
-        except BaseException as exc:
-            with self._lock:
-                self._acquiring = None
-            future.set_exception(exc)
-            raise
-        with self._lock:
-            self._acquiring = None
-        future.set_result(sandbox)
-        return sandbox
-
-    def _acquire_uninterrupted(self, future: concurrent.futures.Future[Any]) -> Any:
-        """Run :meth:`_acquire` in a worker thread and wait for it, Ctrl-C or not.
-
-        A ``KeyboardInterrupt`` raised into the create's HTTP read would lose the id of a
-        sandbox already made; in a worker thread the create completes and records it, and the
-        interrupt is raised here afterwards (a ``with`` block's exit then destroys it).
-        """
-
-        def acquire() -> None:
-            with contextlib.suppress(BaseException):  # the outcome is in ``future``
-                self._acquire(future)
-
-        threading.Thread(target=acquire, name="lizard-core-acquire", daemon=True).start()
-        interrupted: BaseException | None = None
-        while True:
-            try:
-                concurrent.futures.wait([future])
-                break
-            except BaseException as exc:  # KeyboardInterrupt: wait for the create all the same
-                interrupted = interrupted or exc
-        if interrupted is not None:
-            raise interrupted
-        return future.result()
-
-    def _open(self) -> Any:
-        with self._lock:
-            attach_id = self._sandbox_id
-        if attach_id is not None:
-            return self._attach(attach_id)
-        if self._volume is not None:
-            ensure_volume(self._config, self._volume, size_gb=self._volume_size_gb)
-        started = time.monotonic()
-        # Never retried: a create that failed in transit may have made a sandbox whose id we
-        # would never learn; a second create would make another. (So may one whose answer
-        # cannot be read: its sandbox, if any, ends with its lifetime.)
-        with translated(creating=True):
-            try:
-                sandbox = Sandbox.create(**self._create_kwargs())
-            except MALFORMED_ANSWER as exc:
-                raise malformed_answer("create", exc) from exc
-        with self._lock:
-            # Recorded here, in the worker thread, before anyone can cancel the result away.
-            self._sandbox = sandbox
-            self._sandbox_id = sandbox.sandbox_id
-            self._created = True
-            if self._keep_alive:
-                self._extend_due = started + self._config.lifetime_ms / 2000
-        if self._snapshot_id is not None:
-            self._booted_fresh(RESTORED_NOTICE)
-        _log.debug("created sandbox %s", sandbox.sandbox_id)
-        return sandbox
-
-    def _create_kwargs(self) -> dict[str, Any]:
-        """The create's arguments with the project already resolved to its id.
-
-        The SDK caches the look-up (``GET /api/projects``), but sessions created at once all
-        miss that cache; resolving under one lock makes it one look-up for all of them.
-        """
-        kwargs = self._config.create_kwargs()
-        with _PROJECT_LOOKUP:
-            kwargs["project_id"] = resolve_project_id(
-                kwargs.pop("project"), ConnectionConfig(**self.api_kwargs())
-            )
-        if self._snapshot_id is not None:
-            # The snapshot fixes the template, size and region; the tags still apply.
-            for key in ("template", "size", "region"):
-                kwargs.pop(key, None)
-            kwargs["snapshot_id"] = self._snapshot_id
-        if self._volume is not None:
-            kwargs.pop("region", None)  # a volume is node-local: the platform places it
-            kwargs["volume_name"] = self._volume
-        return kwargs
 
     def adopt_copy(self, sandbox: Any, notice: str) -> Session:
         """A new session that created ``sandbox``, a copy of this one's (a fork); no request.
@@ -529,19 +301,6 @@ class Session(KeepAlive, Pausing, Teardown):
                 copy._extend_due = time.monotonic() + self._config.lifetime_ms / 2000
         copy._booted_fresh(notice)
         return copy
-
-    async def aopen(self) -> Any:
-        """:meth:`asandbox` for a start that must not leave a sandbox behind when it fails.
-
-        On any failure, cancellation included, the session is released first (as
-        :meth:`arelease`: a sandbox it created, already recorded, is destroyed; an attached one
-        is left as it was), then the error propagates.
-        """
-        try:
-            return await self.asandbox()
-        except BaseException:
-            await self.arelease()
-            raise
 
     # ── liveness ─────────────────────────────────────────────────────────
 
