@@ -742,9 +742,11 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
             "## What a connection costs",
             "",
             "lizard-sdk sends every request on a new connection with a new SSL context. "
-            "lizard_core therefore sends its exec and files requests over one pooled connection "
-            "per session (same requests, the SDK's own error handling; create and kill stay on "
-            "the SDK), which is why our new-connection counts above are 0 for warm operations. "
+            "lizard_core therefore sends its create, exec and files requests over one pooled "
+            "connection per session, on one SSL context per process (same requests, the SDK's "
+            "own error handling; kill, pause and the other lifecycle calls stay on the SDK), "
+            "which is why our new-connection counts above are 0 for warm operations and 1 for a "
+            "new sandbox's create and first call. "
             "`nox -s bench -- --pooled` adds the what-if that justified it: a third driver with "
             "lizard-sdk's own exec and files code routed through one `httpx.Client`.",
         ]
