@@ -265,7 +265,7 @@ class Session(Acquisition, KeepAlive, Pausing, Teardown):
             )
 
     def transport(self) -> Transport:
-        """This session's pooled client for the create, exec and files requests (:mod:`._transport`).
+        """This session's pooled client for the create, exec and files (:mod:`._transport`).
 
         Made on first use (no request; its connection opens with the first request sent) and
         shared by every thread; closed by :meth:`destroy` / :meth:`close`, after which this
