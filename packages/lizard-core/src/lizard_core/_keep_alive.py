@@ -22,7 +22,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import LizardIntegrationError
@@ -135,6 +135,29 @@ class KeepAlive:
                 self._keeper_wake.notify_all()
 
 
+class _Watched(Protocol):
+    _closed: bool
+    _gone: bool
+
+
+W = TypeVar("W", bound=_Watched)
+
+
+def live_session(ref: weakref.ref[W], thread_attr: str) -> W | None:
+    """The session a watcher thread holds weakly, or None once it is collected, closed or gone.
+
+    For the session's own threads (this keeper, the idle pause), called with its lock held: a
+    closed or gone session also forgets the thread (``thread_attr``), which then ends.
+    """
+    session = ref()
+    if session is None:
+        return None
+    if session._closed or session._gone:
+        setattr(session, thread_attr, None)
+        return None
+    return session
+
+
 def _keep_alive_until_closed(ref: weakref.ref[KeepAlive], wake: threading.Condition) -> None:
     """The keeper: extends the session's sandbox while operations are in flight, until it closes.
 
@@ -144,11 +167,8 @@ def _keep_alive_until_closed(ref: weakref.ref[KeepAlive], wake: threading.Condit
     while True:
         with wake:
             while True:
-                session = ref()
+                session = live_session(ref, "_keeper")
                 if session is None:
-                    return
-                if session._closed or session._gone:
-                    session._keeper = None
                     return
                 now, due = time.monotonic(), session._extend_due
                 if session._in_flight and session._sandbox is not None and due is not None:

@@ -42,6 +42,7 @@ from typing import Any, Final
 from lizard import Sandbox
 
 from lizard_core._bridge import run_blocking
+from lizard_core._keep_alive import live_session
 from lizard_core._liveness import GONE_STATUSES
 from lizard_core.config import SandboxConfig
 from lizard_core.errors import (
@@ -382,11 +383,8 @@ def _pause_when_idle(ref: weakref.ref[Pausing], wake: threading.Condition, idle:
     while True:
         with wake:
             while True:
-                session = ref()
+                session = live_session(ref, "_idler")
                 if session is None:
-                    return
-                if session._closed or session._gone:
-                    session._idler = None
                     return
                 due = session._last_used + idle
                 now = time.monotonic()
