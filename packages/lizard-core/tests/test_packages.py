@@ -189,7 +189,14 @@ def test_a_check_that_finds_the_kernel_dead_reports_the_loss(
 ) -> None:
     pid = kernel.execute("import os\nkept = 1\nos.getpid()", timeout=30).text
     assert pid is not None
-    run_command(kernel.session, ["kill", "-9", pid])  # from outside, between two calls
+    # From outside, between two calls: killed and gone (a kill returns before the process has
+    # died, and a check reaching a daemon still dying finds it lost mid-cell, which reports
+    # every requirement missing, as documented).
+    gone = (
+        f"kill -9 {pid}; while [ -e /proc/{pid} ] && "
+        f"! grep -q '^{pid} (.*) Z' /proc/{pid}/stat 2>/dev/null; do sleep 0.01; done"
+    )
+    run_command(kernel.session, ["sh", "-c", gone], timeout=30)
     reqs = ["json", ABSENT]
     if asynchronous:
         check = asyncio.run(amissing_requirements(kernel, reqs))
