@@ -1,0 +1,181 @@
+"""The hub's queue: relay pids in its ``in`` pipe, and who takes each one, exactly once.
+
+Part of the hub program (bundled by ``lizard_core._guest.source``). A relay writes its pid to
+``in`` as one :data:`RECORD`-byte record (``%08d`` and a newline: a pipe write that small is
+atomic, so records never interleave). Every record is taken by exactly one process, and taking it
+is what makes that process answer the relay:
+
+- **The hub**, while it lives, looks at the next record without taking it (``tee``), then moves
+  it into the spare's ``jobs`` pipe without it leaving the kernel (``splice``): a hub killed
+  between the two leaves the record in ``in``, and one killed after has handed it over. Where
+  the C library cannot be reached (no ``ctypes``) it reads the record, and a hub killed before
+  it wrote it on would lose that relay (the relay then waits for the end of file on ``wait``).
+- **The watcher** (:func:`watch`), a process the hub forks once, takes every record left once
+  the hub is gone (killed, or exited idle) and has that relay run the launcher: nothing ran
+  for it. Without it, a relay queued when its hub died would wait for the end of file on
+  ``wait``, which every child of the hub holds: until another call's program, which can run for
+  hours, had ended.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ._descriptors import close_from
+from ._hub_child import SETTLE_S, SIGUSR2, end_relay, name, open_pidfd, relay_argv
+
+if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
+    from typing import Any, List, Tuple
+
+FIFO_FD = 3
+"""The read end of ``in``, in the hub and its watcher."""
+RECORD = 9
+"""The size of a relay's record: its pid in 8 digits and a newline (pids are below 2**22)."""
+_NONBLOCK = 2  # SPLICE_F_NONBLOCK
+_LIBC: List[Any] = []
+
+
+def libc() -> Any:
+    """The C library (with ``errno``), looked up once (the hub does it before forking), or None."""
+    if not _LIBC:
+        try:
+            import ctypes
+
+            lib = ctypes.CDLL(None, use_errno=True)
+            size, ssize = ctypes.c_size_t, ctypes.c_ssize_t
+            lib.tee.argtypes = [ctypes.c_int, ctypes.c_int, size, ctypes.c_uint]
+            lib.tee.restype = ssize
+            fd, pointer = ctypes.c_int, ctypes.c_void_p
+            lib.splice.argtypes = [fd, pointer, fd, pointer, size, ctypes.c_uint]
+            lib.splice.restype = ssize
+            _LIBC.append(lib)
+        except (ImportError, AttributeError, OSError):
+            _LIBC.append(None)  # no ctypes or no tee: the hub reads records (see above)
+    return _LIBC[0]
+
+
+def parse(record: bytes) -> int:
+    """The pid in a record, or 0 for anything else."""
+    if len(record) != RECORD or not record.endswith(b"\n") or not record[:-1].isdigit():
+        return 0
+    return int(record[:-1])
+
+
+class Queue:
+    """The hub's end of ``in``: look at the next record, then hand it over or drop it."""
+
+    def __init__(self) -> None:
+        self.lib = libc()
+        self.scratch = (-1, -1)
+        if self.lib is not None:
+            self.scratch = os.pipe()
+        self.record = b""
+
+    def peek(self) -> bytes:
+        """The next record (up to :data:`RECORD` bytes), still queued; b"" when there is none."""
+        if self.lib is None:
+            try:
+                self.record = os.read(FIFO_FD, RECORD)  # taken already: no second chance
+            except BlockingIOError:
+                self.record = b""
+            return self.record
+        import ctypes
+
+        copied = self.lib.tee(FIFO_FD, self.scratch[1], RECORD, _NONBLOCK)
+        if copied <= 0:
+            if copied < 0 and ctypes.get_errno() not in (11,):  # EAGAIN: nothing queued
+                self.lib = None  # tee refused (an old kernel): read records from now on
+                return self.peek()
+            self.record = b""
+            return b""
+        self.record = os.read(self.scratch[0], copied)
+        return self.record
+
+    def hand_over(self, jobs: int) -> bool:
+        """Move the record looked at into ``jobs``, a spare's pipe; False if that spare is gone."""
+        if self.lib is None:
+            try:
+                return os.write(jobs, self.record) == len(self.record)
+            except OSError:
+                return False
+        moved = self.lib.splice(FIFO_FD, None, jobs, None, len(self.record), _NONBLOCK)
+        return bool(moved == len(self.record))
+
+    def drop(self) -> None:
+        """Take the record looked at, and up to its newline: nobody will serve it."""
+        if self.lib is None:
+            return
+        cut = self.record.find(b"\n")
+        try:
+            os.read(FIFO_FD, cut + 1 if cut >= 0 else len(self.record))
+        except BlockingIOError:
+            pass
+
+
+def fork_watcher(key: bytes) -> Tuple[int, int]:
+    """Fork the watcher: its pid, and the write end of its ``life`` pipe for the hub to keep.
+
+    The watcher waits for the end of file on ``life`` (the hub alone holds its write end, and
+    its spares close it), then runs :func:`watch`.
+    """
+    life_r, life_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(life_w)
+            watch(life_r, key)
+        finally:
+            os._exit(0)
+    os.close(life_r)
+    return pid, life_w
+
+
+def watch(life: int, key: bytes) -> None:
+    """Wait until the hub is gone; then have every relay still queued in ``in`` run the launcher.
+
+    Holds nothing a relay waits on (not ``wait``, not ``in``'s write end, not the directory's
+    lock), so it never keeps a relay or the next hub waiting. Records are read until no relay
+    still has ``in`` open for writing (a relay that opened it before the hub died may write
+    after), for at most :data:`SETTLE_S`.
+    """
+    import select
+    import signal
+    import time
+
+    signal.set_wakeup_fd(-1)
+    close_from(3, (life, FIFO_FD))
+    name("lizard-watch")
+    while not select.select([life], [], [])[0]:
+        pass
+    deadline = time.monotonic() + SETTLE_S
+    while time.monotonic() < deadline:
+        if not select.select([FIFO_FD], [], [], 1.0)[0]:
+            continue
+        try:
+            record = os.read(FIFO_FD, RECORD)
+        except BlockingIOError:
+            continue  # another reader took it
+        if not record:
+            return  # no relay can write any more
+        wake(parse(record), key)
+
+
+def wake(relay: int, key: bytes) -> None:
+    """Have a queued relay of this hub's user and version run the launcher."""
+    if relay <= 0:
+        return
+    try:
+        proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return  # gone already
+    pidfd = open_pidfd(relay)
+    try:
+        if relay_argv(proc, key) is not None:
+            end_relay(relay, proc, [SIGUSR2], pidfd, SETTLE_S)
+    except OSError:
+        pass
+    finally:
+        os.close(proc)
+        if pidfd >= 0:
+            os.close(pidfd)
