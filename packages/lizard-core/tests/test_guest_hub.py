@@ -646,6 +646,69 @@ def _until(condition: Any, what: str, within: float = 30.0) -> None:
         time.sleep(0.002)
 
 
+class _Queue:
+    """Relays driven on the host (``HOME`` a test's own) and a relay queued behind a busy hub."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = home
+        self.env = {"PATH": os.environ["PATH"], "HOME": str(home)}
+        self.directory = home / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
+        self.started: list[subprocess.Popen[bytes]] = []
+
+    def call(self, text: str, call_id: str) -> subprocess.Popen[bytes]:
+        self.started.append(
+            subprocess.Popen(guest_argv(text, [call_id]), env=self.env, stdout=subprocess.PIPE)
+        )
+        return self.started[-1]
+
+    def queue(
+        self, slow: str, quick: str
+    ) -> tuple[int, subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        """A hub stopped with a relay of ``quick`` queued, not taken: (hub, long, queued).
+
+        The hub is held busy while the relay queues by the first call of ``slow``, a new
+        program that takes a while to compile (the hub compiles it beside its child).
+        """
+        hub = 0
+        for attempt in range(3):
+            hub, long, queued = self.queue_once(slow, quick, attempt, hub)
+            if queued.poll() is None and not _holds(hub, queued.pid):
+                return hub, long, queued  # queued, and not taken
+            os.kill(hub, signal.SIGKILL)  # the hub was quicker than this test: again
+        pytest.fail("the hub took every queued call before it could be stopped")
+
+    def queue_once(
+        self, slow: str, quick: str, attempt: int, previous: int
+    ) -> tuple[int, subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        first = self.call("print('first')", f"first-{attempt}")
+        assert first.communicate(timeout=60)[0] == b"first\n"
+        _until(lambda: _hub_in(self.directory) not in (0, previous), "no hub started")
+        hub = _hub_in(self.directory)
+        long = self.call(slow, f"long-{attempt}")
+        # Taken: the hub now compiles the new program for a while, beside its child.
+        _until(lambda: _holds(hub, long.pid), "the long call was never taken")
+        queued = self.call(quick, f"queued-{attempt}")
+        _until(lambda: queued.poll() is not None or _queued(queued.pid), "never queued")
+        os.kill(hub, signal.SIGSTOP)
+        return hub, long, queued
+
+    def clean_up(self) -> None:
+        for process in self.started:
+            process.kill()
+            process.wait()
+        for entry in os.listdir("/proc"):  # the long calls' children, orphaned by the kills
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            pid = int(entry)
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
+                if f"HOME={self.home}".encode() in environ.read().split(b"\0"):
+                    os.kill(pid, signal.SIGKILL)
+
+
+_SLOW_TO_COMPILE = "x = [" + "1," * 150_000 + "]\n"
+_QUICK = "import sys\nprint('ran')\nsys.exit(4)\n"
+
+
 @pytest.mark.timeout(180)
 def test_a_relay_queued_when_its_hub_dies_runs_at_once_though_another_call_runs_on(
     tmp_path: Path,
@@ -658,58 +721,62 @@ def test_a_relay_queued_when_its_hub_dies_runs_at_once_though_another_call_runs_
     by the first call of a new program that takes a while to compile (the hub compiles it
     beside its child), then stopped, checked not to have taken the relay, and killed.
     """
-    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
-    directory = tmp_path / ".cache" / f"lizard-hub-{_guest_relay.hub_key()}"
-    slow = "import time\ntime.sleep(60)\nx = [" + "1," * 150_000 + "]\n"
-    quick = "import sys\nprint('ran')\nsys.exit(4)\n"
-    started: list[subprocess.Popen[bytes]] = []
-
-    def call(text: str, call_id: str) -> subprocess.Popen[bytes]:
-        started.append(
-            subprocess.Popen(guest_argv(text, [call_id]), env=env, stdout=subprocess.PIPE)
-        )
-        return started[-1]
-
-    def queue_one(
-        attempt: int, previous: int
-    ) -> tuple[int, subprocess.Popen[bytes], subprocess.Popen[bytes]]:
-        """A new hub busy with a long call's new program, then stopped: (hub, long, queued)."""
-        first = call("print('first')", f"first-{attempt}")
-        assert first.communicate(timeout=60)[0] == b"first\n"
-        _until(lambda: _hub_in(directory) not in (0, previous), "no hub started")
-        hub = _hub_in(directory)
-        long = call(slow, f"long-{attempt}")
-        # Taken: the hub now compiles the new program for a while, beside its child.
-        _until(lambda: _holds(hub, long.pid), "the long call was never taken")
-        queued = call(quick, f"queued-{attempt}")
-        _until(lambda: queued.poll() is not None or _queued(queued.pid), "never queued")
-        os.kill(hub, signal.SIGSTOP)
-        return hub, long, queued
-
-    hub = 0
+    relays = _Queue(tmp_path)
     try:
-        for attempt in range(3):
-            hub, long, queued = queue_one(attempt, hub)
-            if queued.poll() is None and not _holds(hub, queued.pid):
-                break  # queued, and not taken
-            os.kill(hub, signal.SIGKILL)  # the hub was quicker than this test: again
-        else:
-            pytest.fail("the hub took every queued call before it could be stopped")
+        hub, long, queued = relays.queue("import time\ntime.sleep(60)\n" + _SLOW_TO_COMPILE, _QUICK)
         os.kill(hub, signal.SIGKILL)
         out, _ = queued.communicate(timeout=20)  # not the minute the long call still runs
         assert (queued.returncode, out) == (4, b"ran\n")
         assert long.poll() is None  # still running: its child, not the launcher, holds it
     finally:
-        for process in started:
-            process.kill()
-            process.wait()
-        for entry in os.listdir("/proc"):  # the long calls' children, orphaned by the kills
-            if not entry.isdigit() or int(entry) == os.getpid():
-                continue
-            pid = int(entry)
-            with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
-                if f"HOME={tmp_path}".encode() in environ.read().split(b"\0"):
-                    os.kill(pid, signal.SIGKILL)
+        relays.clean_up()
+
+
+def _watcher_of(hub: int) -> int:
+    """The pid of ``hub``'s watcher (``lizard-watch``, its child), or 0."""
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError), open(f"/proc/{entry}/stat", "rb") as stat:
+                head, _, tail = stat.read().rpartition(b")")
+                if head.endswith(b"(lizard-watch") and int(tail.split()[1]) == hub:
+                    return int(entry)
+    return 0
+
+
+def _gone(pid: int) -> bool:
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()[0] in (b"Z", b"X")
+    return True
+
+
+@pytest.mark.timeout(180)
+def test_a_relay_queued_when_its_hub_dies_is_left_to_the_watcher_alone(tmp_path: Path) -> None:
+    """A queued relay of a lost hub is woken by the watcher only, never also by end of file.
+
+    With the hub and all its children gone, the relay would read the end of file on ``wait``
+    and run the launcher itself, while the watcher, having found it still the relay, sent it
+    ``USR2``: landing after the exec, that signal killed the launcher (exit code 140; about one
+    call in 270 with hubs killed in the middle of bursts of calls). So the watcher holds
+    ``wait`` until it is done: stopped here, the relay waits for it; continued, it wakes it.
+    """
+    relays = _Queue(tmp_path)
+    try:
+        hub, long, queued = relays.queue(_SLOW_TO_COMPILE, _QUICK)
+        assert long.communicate(timeout=60)[1] is None  # over: no child of the hub holds wait
+        watcher = _watcher_of(hub)
+        assert watcher
+        os.kill(watcher, signal.SIGSTOP)
+        os.kill(hub, signal.SIGKILL)
+        _until(lambda: _gone(hub), "the hub never died")
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            queued.wait(timeout=3)
+        assert queued.poll() is None, "the relay ran the launcher while the watcher could signal it"
+        os.kill(watcher, signal.SIGCONT)
+        out, _ = queued.communicate(timeout=20)
+        assert (queued.returncode, out) == (4, b"ran\n")
+        _until(lambda: _gone(watcher), "the watcher never exited")
+    finally:
+        relays.clean_up()
 
 
 def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:

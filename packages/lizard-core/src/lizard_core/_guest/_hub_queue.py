@@ -23,7 +23,7 @@ import os
 from typing import TYPE_CHECKING
 
 from ._descriptors import close_from
-from ._hub_child import SETTLE_S, SIGUSR2, end_relay, name, open_pidfd, relay_argv
+from ._hub_child import SETTLE_S, SIGUSR2, WAIT_FD, end_relay, name, open_pidfd, relay_argv
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, List, Tuple
@@ -134,17 +134,19 @@ def fork_watcher(key: bytes) -> Tuple[int, int]:
 def watch(life: int, key: bytes) -> None:
     """Wait until the hub is gone; then have every relay still queued in ``in`` run the launcher.
 
-    Holds nothing a relay waits on (not ``wait``, not ``in``'s write end, not the directory's
-    lock), so it never keeps a relay or the next hub waiting. Records are read until no relay
-    still has ``in`` open for writing (a relay that opened it before the hub died may write
-    after), for at most :data:`SETTLE_S`.
+    It keeps ``wait`` open until it is done: a relay still queued cannot then read the end of
+    file and run the launcher on its own while this process signals it (a ``USR2`` that lands
+    once the relay has become the launcher kills it: exit code 140). It holds neither ``in``'s
+    write end nor the directory's lock, so the next hub never waits for it. Records are read
+    until no relay still has ``in`` open for writing (a relay that opened it before the hub
+    died may write after), for at most :data:`SETTLE_S`.
     """
     import select
     import signal
     import time
 
     signal.set_wakeup_fd(-1)
-    close_from(3, (life, FIFO_FD))
+    close_from(3, (life, FIFO_FD, WAIT_FD))
     name("lizard-watch")
     while not select.select([life], [], [])[0]:
         pass
