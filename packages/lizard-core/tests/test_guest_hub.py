@@ -662,24 +662,25 @@ class _Queue:
         return self.started[-1]
 
     def queue(
-        self, slow: str, quick: str
-    ) -> tuple[int, subprocess.Popen[bytes], subprocess.Popen[bytes]]:
-        """A hub stopped with a relay of ``quick`` queued, not taken: (hub, long, queued).
+        self, slow: str, quick: str, count: int = 1
+    ) -> tuple[int, subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
+        """A hub stopped with ``count`` relays of ``quick`` queued in turn, none taken.
 
-        The hub is held busy while the relay queues by the first call of ``slow``, a new
-        program that takes a while to compile (the hub compiles it beside its child).
+        Returns (hub, long, queued). The hub is held busy while the relays queue by the first
+        call of ``slow``, a new program that takes a while to compile (the hub compiles it
+        beside its child).
         """
         hub = 0
         for attempt in range(3):
-            hub, long, queued = self.queue_once(slow, quick, attempt, hub)
-            if queued.poll() is None and not _holds(hub, queued.pid):
+            hub, long, queued = self.queue_once(slow, quick, count, attempt, hub)
+            if all(relay.poll() is None and not _holds(hub, relay.pid) for relay in queued):
                 return hub, long, queued  # queued, and not taken
             os.kill(hub, signal.SIGKILL)  # the hub was quicker than this test: again
         pytest.fail("the hub took every queued call before it could be stopped")
 
     def queue_once(
-        self, slow: str, quick: str, attempt: int, previous: int
-    ) -> tuple[int, subprocess.Popen[bytes], subprocess.Popen[bytes]]:
+        self, slow: str, quick: str, count: int, attempt: int, previous: int
+    ) -> tuple[int, subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
         first = self.call("print('first')", f"first-{attempt}")
         assert first.communicate(timeout=60)[0] == b"first\n"
         _until(lambda: _hub_in(self.directory) not in (0, previous), "no hub started")
@@ -687,8 +688,11 @@ class _Queue:
         long = self.call(slow, f"long-{attempt}")
         # Taken: the hub now compiles the new program for a while, beside its child.
         _until(lambda: _holds(hub, long.pid), "the long call was never taken")
-        queued = self.call(quick, f"queued-{attempt}")
-        _until(lambda: queued.poll() is not None or _queued(queued.pid), "never queued")
+        queued = []
+        for n in range(count):  # one after the other: queued in this order
+            relay = self.call(quick, f"queued-{attempt}-{n}")
+            _until(lambda r=relay: r.poll() is not None or _queued(r.pid), "never queued")
+            queued.append(relay)
         os.kill(hub, signal.SIGSTOP)
         return hub, long, queued
 
@@ -723,11 +727,38 @@ def test_a_relay_queued_when_its_hub_dies_runs_at_once_though_another_call_runs_
     """
     relays = _Queue(tmp_path)
     try:
-        hub, long, queued = relays.queue("import time\ntime.sleep(60)\n" + _SLOW_TO_COMPILE, _QUICK)
+        hub, long, [queued] = relays.queue(
+            "import time\ntime.sleep(60)\n" + _SLOW_TO_COMPILE, _QUICK
+        )
         os.kill(hub, signal.SIGKILL)
         out, _ = queued.communicate(timeout=20)  # not the minute the long call still runs
         assert (queued.returncode, out) == (4, b"ran\n")
         assert long.poll() is None  # still running: its child, not the launcher, holds it
+    finally:
+        relays.clean_up()
+
+
+@pytest.mark.timeout(180)
+def test_a_relay_stopped_in_the_queue_holds_up_none_behind_it(tmp_path: Path) -> None:
+    """The watcher wakes every queued relay at once; a stopped one acts once it runs again.
+
+    Woken one after the other, each waited for until it acted, a stopped relay first in the
+    queue held every relay behind it for the watcher's 60 s, and those behind it then waited
+    for the other call's end, as if there were no watcher.
+    """
+    relays = _Queue(tmp_path)
+    try:
+        hub, long, [stopped, behind] = relays.queue(
+            "import time\ntime.sleep(120)\n" + _SLOW_TO_COMPILE, _QUICK, count=2
+        )
+        os.kill(stopped.pid, signal.SIGSTOP)
+        os.kill(hub, signal.SIGKILL)
+        out, _ = behind.communicate(timeout=20)
+        assert (behind.returncode, out) == (4, b"ran\n")
+        os.kill(stopped.pid, signal.SIGCONT)
+        out, _ = stopped.communicate(timeout=20)
+        assert (stopped.returncode, out) == (4, b"ran\n")
+        assert long.poll() is None
     finally:
         relays.clean_up()
 
@@ -761,7 +792,7 @@ def test_a_relay_queued_when_its_hub_dies_is_left_to_the_watcher_alone(tmp_path:
     """
     relays = _Queue(tmp_path)
     try:
-        hub, long, queued = relays.queue(_SLOW_TO_COMPILE, _QUICK)
+        hub, long, [queued] = relays.queue(_SLOW_TO_COMPILE, _QUICK)
         assert long.communicate(timeout=60)[1] is None  # over: no child of the hub holds wait
         watcher = _watcher_of(hub)
         assert watcher
@@ -777,6 +808,34 @@ def test_a_relay_queued_when_its_hub_dies_is_left_to_the_watcher_alone(tmp_path:
         _until(lambda: _gone(watcher), "the watcher never exited")
     finally:
         relays.clean_up()
+
+
+def test_only_a_relay_waiting_on_this_hubs_wait_pipe_is_its_own() -> None:
+    """A pid reused by a process that waits on another hub's ``wait`` (or on none) is not ours.
+
+    The watcher and the spares signal a relay only if its fd 5 is the ``wait`` pipe they hold
+    (fd 11), so that a pid taken since by another hub's relay of the same user and version is
+    never sent ``USR2`` or ``STARTED``.
+    """
+    probe = (
+        "import os, subprocess, sys\n"
+        "from lizard_core._guest._hub_child import WAIT_FD, waits_here\n"
+        "ours, theirs = os.pipe(), os.pipe()\n"
+        "os.dup2(ours[1], WAIT_FD)\n"
+        "found = []\n"
+        "for ends in (ours, theirs, None):\n"
+        "    if ends:\n"
+        "        os.dup2(ends[0], 5)\n"
+        "    child = subprocess.Popen(['sleep', '30'], pass_fds=[5] if ends else [])\n"
+        "    if ends:\n"
+        "        os.close(5)\n"
+        "    proc = os.open('/proc/%d' % child.pid, os.O_RDONLY | os.O_DIRECTORY)\n"
+        "    found.append(waits_here(proc))\n"
+        "    child.kill(); child.wait()\n"
+        "print(found)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60)
+    assert done.stdout == b"[True, False, False]\n", done.stderr
 
 
 def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:

@@ -23,10 +23,21 @@ import os
 from typing import TYPE_CHECKING
 
 from ._descriptors import close_from
-from ._hub_child import SETTLE_S, SIGUSR2, WAIT_FD, end_relay, name, open_pidfd, relay_argv
+from ._hub_child import (
+    NUDGE,
+    SETTLE_S,
+    SIGUSR2,
+    WAIT_FD,
+    name,
+    open_pidfd,
+    relay_argv,
+    relay_state,
+    signal_relay,
+    waits_here,
+)
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import Any, List, Tuple
+    from typing import Any, List, Optional, Tuple
 
 FIFO_FD = 3
 """The read end of ``in``, in the hub and its watcher."""
@@ -137,9 +148,15 @@ def watch(life: int, key: bytes) -> None:
     It keeps ``wait`` open until it is done: a relay still queued cannot then read the end of
     file and run the launcher on its own while this process signals it (a ``USR2`` that lands
     once the relay has become the launcher kills it: exit code 140). It holds neither ``in``'s
-    write end nor the directory's lock, so the next hub never waits for it. Records are read
-    until no relay still has ``in`` open for writing (a relay that opened it before the hub
-    died may write after), for at most :data:`SETTLE_S`.
+    write end nor the directory's lock, so the next hub never waits for it. It stays in the
+    hub's process group: in a group of its own, stopped, the hub's death would orphan that
+    group, and the kernel would hang it up (``SIGHUP``, then ``SIGCONT``).
+
+    Records are read until no relay still has ``in`` open for writing (a relay that opened it
+    before the hub died may write after), for at most :data:`SETTLE_S`; each relay is sent
+    ``USR2`` as its record is read, then woken with ``URG`` until it acts (at most
+    :data:`SETTLE_S` after its signal): all at once, so that one relay stopped in the queue
+    holds up none behind it.
     """
     import select
     import signal
@@ -151,33 +168,71 @@ def watch(life: int, key: bytes) -> None:
     while not select.select([life], [], [])[0]:
         pass
     deadline = time.monotonic() + SETTLE_S
-    while time.monotonic() < deadline:
-        if not select.select([FIFO_FD], [], [], 1.0)[0]:
-            continue
-        try:
-            record = os.read(FIFO_FD, RECORD)
-        except BlockingIOError:
-            continue  # another reader took it
-        if not record:
-            return  # no relay can write any more
-        wake(parse(record), key)
+    reading, data = True, b""
+    woken: List[Tuple[int, int, int, bytes, float]] = []
+    delay = 0.0005
+    while (reading and time.monotonic() < deadline) or woken:
+        ready = select.select([FIFO_FD] if reading else [], [], [], delay if woken else 1.0)[0]
+        lines: List[bytes] = []
+        if ready:
+            try:
+                chunk = os.read(FIFO_FD, 4096)
+                reading = bool(chunk)  # end of file: no relay can write any more
+                lines = (data + chunk).split(b"\n")
+                data = lines.pop()[-RECORD:]  # junk a relay of this user wrote is skipped
+            except BlockingIOError:
+                pass
+        for line in lines:
+            relay = wake(parse(line + b"\n"), key)
+            if relay is not None:
+                woken.append(relay)
+                delay = 0.0005
+        woken = [relay for relay in woken if not settled(relay)]
+        delay = min(delay * 2, 1.0)
 
 
-def wake(relay: int, key: bytes) -> None:
-    """Have a queued relay of this hub's user and version run the launcher."""
+def wake(relay: int, key: bytes) -> Optional[Tuple[int, int, int, bytes, float]]:
+    """Send ``USR2`` to a queued relay of this hub's (its user, version and ``wait`` pipe).
+
+    Returns what :func:`settled` needs, or None where there is no such relay. The ``wait``
+    check means a pid reused since by a relay of another hub is never signalled.
+    """
+    import time
+
     if relay <= 0:
-        return
+        return None
     try:
         proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
-        return  # gone already
+        return None  # gone already
     pidfd = open_pidfd(relay)
     try:
-        if relay_argv(proc, key) is not None:
-            end_relay(relay, proc, [SIGUSR2], pidfd, SETTLE_S)
+        if relay_argv(proc, key) is not None and waits_here(proc):
+            before = relay_state(proc)[0]
+            if signal_relay(relay, proc, SIGUSR2, pidfd):
+                return relay, proc, pidfd, before, time.monotonic() + SETTLE_S
     except OSError:
         pass
-    finally:
-        os.close(proc)
-        if pidfd >= 0:
-            os.close(pidfd)
+    os.close(proc)
+    if pidfd >= 0:
+        os.close(pidfd)
+    return None
+
+
+def settled(woken: Tuple[int, int, int, bytes, float]) -> bool:
+    """Whether a woken relay has acted (exited, or become the launcher); else nudge it again.
+
+    True, with its descriptors closed, once it acted, or it cannot be signalled, or its time
+    is up (a relay stopped that long acts on its ``USR2`` whenever it runs again).
+    """
+    import time
+
+    relay, proc, pidfd, before, due = woken
+    now, state = relay_state(proc)
+    if now == before and state not in (b"", b"Z", b"X"):
+        if time.monotonic() < due and signal_relay(relay, proc, NUDGE, pidfd):
+            return False
+    os.close(proc)
+    if pidfd >= 0:
+        os.close(pidfd)
+    return True

@@ -425,7 +425,9 @@ class Hub:
         retired = False
         while True:
             watched = [pidfd for _, _, pidfd in self.children.values() if pidfd >= 0]
-            ready = select.select([FIFO_FD, wake_r] + watched, [], [], CHECK_S)[0]
+            # Retired, with no call left to finish: one last look at the queue, then out.
+            timeout = 0.0 if retired and not self.children else CHECK_S
+            ready = select.select([FIFO_FD, wake_r] + watched, [], [], timeout)[0]
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
