@@ -818,24 +818,35 @@ def test_only_a_relay_waiting_on_this_hubs_wait_pipe_is_its_own() -> None:
     never sent ``USR2`` or ``STARTED``.
     """
     probe = (
-        "import os, subprocess, sys\n"
+        "import fcntl, os, stat, subprocess, sys\n"
         "from lizard_core._guest._hub_child import WAIT_FD, waits_here\n"
-        "ours, theirs = os.pipe(), os.pipe()\n"
+        "def high(ends):\n"  # clear of fd 5 and WAIT_FD, so no dup2 below replaces them
+        "    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, 20) for fd in ends]\n"
+        "    for fd in ends:\n"
+        "        os.close(fd)\n"
+        "    return moved\n"
+        "ours, theirs = high(os.pipe()), high(os.pipe())\n"
         "os.dup2(ours[1], WAIT_FD)\n"
         "found = []\n"
         "for ends in (ours, theirs, None):\n"
         "    if ends:\n"
         "        os.dup2(ends[0], 5)\n"
-        "    child = subprocess.Popen(['sleep', '30'], pass_fds=[5] if ends else [])\n"
-        "    if ends:\n"
+        "    else:\n"
         "        os.close(5)\n"
+        "    child = subprocess.Popen(['sleep', '30'], pass_fds=[5] if ends else [])\n"
         "    proc = os.open('/proc/%d' % child.pid, os.O_RDONLY | os.O_DIRECTORY)\n"
-        "    found.append(waits_here(proc))\n"
+        "    try:\n"
+        "        pipe = stat.S_ISFIFO(os.stat('fd/5', dir_fd=proc).st_mode)\n"
+        "    except OSError:\n"
+        "        pipe = None\n"
+        "    found.append((pipe, waits_here(proc)))\n"
+        "    os.close(proc)\n"
         "    child.kill(); child.wait()\n"
         "print(found)\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=60)
-    assert done.stdout == b"[True, False, False]\n", done.stderr
+    # (fd 5 is a pipe, waits_here): another pipe is not ours either, only the one we hold.
+    assert done.stdout == b"[(True, True), (True, False), (None, False)]\n", done.stderr
 
 
 def test_a_relay_is_signalled_through_its_pidfd_only(tmp_path: Path) -> None:
