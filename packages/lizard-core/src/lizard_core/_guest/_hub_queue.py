@@ -170,6 +170,7 @@ def watch(life: int, key: bytes) -> None:
     deadline = time.monotonic() + SETTLE_S
     reading, data = True, b""
     woken: List[Tuple[int, int, int, bytes, float]] = []
+    seen = set()
     delay = 0.0005
     while (reading and time.monotonic() < deadline) or woken:
         ready = select.select([FIFO_FD] if reading else [], [], [], delay if woken else 1.0)[0]
@@ -183,7 +184,11 @@ def watch(life: int, key: bytes) -> None:
             except BlockingIOError:
                 pass
         for line in lines:
-            relay = wake(parse(line + b"\n"), key)
+            pid = parse(line + b"\n")
+            if pid in seen:
+                continue  # written twice (junk): a second USR2 could end the launcher it became
+            seen.add(pid)
+            relay = wake(pid, key)
             if relay is not None:
                 woken.append(relay)
                 delay = 0.0005
