@@ -65,7 +65,7 @@ if case $p.$t in *[!0-9.]*|.*|*.) false;; esac && [ -O "$h" ] && [ -O "$d" ] &&
   [ "$x" = "$t" ] && [ "$s" != T ] && [ "$s" != t ] &&
   command exec 9>&2 &&
   { command exec 4>&1 6<&0 7<>/proc/self/fd/8/fd/11 5</proc/self/fd/7 7>&-; } 2>/dev/null &&
-  printf '%s\\n' "$$" 2>/dev/null 3<>/proc/self/fd/8/fd/3 >&3
+  printf '%08d\\n' "$$" 2>/dev/null 3<>/proc/self/fd/8/fd/3 >&3
 then
   exec 8<&-
   while i=; read -r _ <&5 || [ -n "$i" ]; do [ -z "$q" ] || exit $e; done
@@ -82,7 +82,9 @@ read once and whole (a name of exactly ``lizard-hub``: one with spaces and a par
 shift the fields after it, so that another could pass for the start time)
 (alive, not stopped, named ``lizard-hub``, started then); the relay reaches it only through
 ``/proc/<pid>/fd``: it opens the hub's ``wait`` pipe (fd 11, which nobody writes), writes its pid
-to the hub's ``in`` pipe (fd 3) and blocks reading ``wait``. It opens ``/proc/<pid>`` once (fd
+to the hub's ``in`` pipe (fd 3) as one 9-byte record (``%08d`` and a newline: an atomic write)
+and blocks reading ``wait``. A pid queued when the hub dies is taken by the hub's watcher, which
+sends ``USR2`` (``lizard_core._guest._hub_queue``). It opens ``/proc/<pid>`` once (fd
 8) and reads the stat and opens both pipes through that descriptor, which names one process for
 good: a pid reused after the check would leave it naming the dead hub, so the checks and the
 opens are of the same process. The hub's child ends it with signals: ``USR1`` (exit 0), one

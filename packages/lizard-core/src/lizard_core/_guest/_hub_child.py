@@ -104,6 +104,20 @@ def relay_argv(proc: int, key: bytes, limit: int = 0) -> Optional[List[bytes]]:
     return argv[6:]
 
 
+def waits_here(proc: int) -> bool:
+    """Whether the relay's fd 5 is this hub's ``wait`` pipe (:data:`WAIT_FD`, which we hold).
+
+    Every relay opens it before it writes its pid, so a pid reused since by a process that
+    waits on another hub's pipe, or on none, fails this.
+    """
+    try:
+        there = os.stat("fd/5", dir_fd=proc)
+    except OSError:
+        return False
+    here = os.fstat(WAIT_FD)
+    return (there.st_dev, there.st_ino) == (here.st_dev, here.st_ino)
+
+
 def context(proc: int) -> Tuple[Any, ...]:
     """What a process's children inherit that a hub's child cannot take over from a relay.
 
@@ -244,7 +258,7 @@ def spare(jobs: int, key: bytes, codes: Dict[bytes, Any], own: Tuple[Any, ...]) 
     argv: Optional[List[str]] = None
     try:
         found = relay_argv(proc, key)
-        if found is not None and context(proc) == own:
+        if found is not None and waits_here(proc) and context(proc) == own:
             code = codes.get(found[0])
             if code is None:
                 code = unpack(found[0])

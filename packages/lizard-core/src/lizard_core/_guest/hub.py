@@ -18,7 +18,9 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
   disk: a relay reaches it through ``/proc/<pid>/fd``, its pipe ``in`` (fd 3, relay pids) and the
   write end of its pipe ``wait`` (fd 11, which nobody writes). Each relay pid goes to a spare
   child forked ahead of time (:mod:`._hub_child`), which becomes the relay's guest process, runs
-  the program the relay carries (compiled once per program) and ends the relay. A child killed
+  the program the relay carries (compiled once per program) and ends the relay. A pid is taken
+  from ``in`` only as it is handed over (:mod:`._hub_queue`), and the hub's watcher process
+  takes the pids still queued once the hub is gone. A child killed
   before it could ends its relay from here (exit code 128 + the signal), and a relay killed
   while its child runs (the host stopping an exec) has its child sent ``SIGHUP``, as a shell
   would, where ``pidfd_open`` exists.
@@ -26,12 +28,14 @@ base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
   processes, a reused pid, a stopped process) or of another version is never used: the relay
   checks that the name file's pid is a live process, not stopped, named ``lizard-hub`` and
   started at the named time, and otherwise runs the launcher in the same exec. A hub lost at any
-  later moment before its child started the program also ends in the launcher; a relay whose
+  later moment before its child started the program also ends in the launcher (its watcher
+  wakes a relay still queued; a relay whose pid was handed over is its child's); a relay whose
   user, limits, priority, groups, capabilities, cgroup or namespaces differ from the hub's is
   declined, and so is stdio that cannot be shared exactly.
-- **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open,
-  and exits after :data:`IDLE_S` without a request, or within :data:`CHECK_S` once relays can no
-  longer reach it (its directory or name file gone or replaced).
+- **Quiet.** A hub sits in its own session with ``/dev/null`` for stdio, keeps nothing else open
+  (nor does its watcher, named ``lizard-watch``), and exits after :data:`IDLE_S` without a
+  request, or within :data:`CHECK_S` once relays can no longer reach it (its directory or name
+  file gone or replaced).
 """
 
 from __future__ import annotations
@@ -56,6 +60,7 @@ from ._hub_child import (
     syscall,
     unpack,
 )
+from ._hub_queue import FIFO_FD, Queue, fork_watcher, libc, parse
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List, Optional, Tuple
@@ -69,7 +74,6 @@ MAX_CODES = 8
 LEARN_BYTES = 64 * 1024
 """Of a relay's argv, what the hub reads to learn its program (the relay, key and both packed
 programs take about 13 KiB)."""
-FIFO_FD = 3
 HUB_NAME = "lizard-hub"
 PRELOAD = (
     "_socket",
@@ -303,6 +307,7 @@ def preload() -> None:
         except ImportError:
             pass
     syscall()
+    libc()
 
 
 def exec_hub(key: str, hub: str) -> None:
@@ -326,7 +331,8 @@ class Hub:
         self.codes: Dict[bytes, Any] = {}
         self.children: Dict[int, Tuple[int, int, int]] = {}
         self.spare: Optional[Tuple[int, int]] = None
-        self.pending = b""
+        self.watcher = (0, -1)
+        self.queue: Optional[Queue] = None
         self.own: Tuple[Any, ...] = ()
 
     # set-up
@@ -404,7 +410,9 @@ class Hub:
         import signal
         import time
 
+        self.fork_watcher()
         preload()
+        self.queue = Queue()
         wake_r, wake_w = os.pipe()
         for fd in (wake_r, wake_w):
             os.set_blocking(fd, False)
@@ -417,7 +425,9 @@ class Hub:
         retired = False
         while True:
             watched = [pidfd for _, _, pidfd in self.children.values() if pidfd >= 0]
-            ready = select.select([FIFO_FD, wake_r] + watched, [], [], CHECK_S)[0]
+            # Retired, with no call left to finish: one last look at the queue, then out.
+            timeout = 0.0 if retired and not self.children else CHECK_S
+            ready = select.select([FIFO_FD, wake_r] + watched, [], [], timeout)[0]
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
@@ -460,28 +470,27 @@ class Hub:
                     pass
 
     def read_requests(self) -> None:
-        """Hand every complete line in the pipe (a relay pid) to a spare."""
-        try:
-            self.pending += os.read(FIFO_FD, 4096)
-        except BlockingIOError:
-            return
-        lines = self.pending.split(b"\n")
-        self.pending = lines.pop()[-64:]
-        for line in lines:
-            try:
-                relay = int(line)
-            except ValueError:
-                continue
+        """Hand every relay pid queued in ``in`` to a spare (:class:`Queue`: each exactly once)."""
+        assert self.queue is not None
+        while True:
+            record = self.queue.peek()
+            if not record:
+                return
+            relay = parse(record)
             if relay > 0:
                 self.dispatch(relay)
+            else:
+                self.queue.drop()
 
     def dispatch(self, relay: int) -> None:
         """Hand ``relay`` to the spare (forked now if there is none); else have it fall back."""
         import signal
 
+        assert self.queue is not None
         try:
             proc = os.open("/proc/%d" % relay, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         except OSError:
+            self.queue.drop()
             return  # the relay is gone already
         pidfd = open_pidfd(relay)
         for _ in range(2):  # a spare that died unseen (killed, out of memory) is replaced once
@@ -493,15 +502,14 @@ class Hub:
             assert self.spare is not None
             child, jobs = self.spare
             self.spare = None
-            try:
-                os.write(jobs, b"%d\n" % relay)
-            except OSError:
-                os.close(jobs)
-                continue
+            handed = self.queue.hand_over(jobs)
             os.close(jobs)
+            if not handed:
+                continue
             self.children[child] = (relay, proc, pidfd)
             self.learn(proc)  # while the child works: compile a new program for later spares
             return
+        self.queue.drop()
         end_relay(relay, proc, [signal.SIGUSR2], pidfd, 0.1)  # no child took it: nothing ran
         os.close(proc)
         if pidfd >= 0:
@@ -538,6 +546,13 @@ class Hub:
         os.set_inheritable(jobs_w, False)
         self.spare = (child, jobs_w)
 
+    def fork_watcher(self) -> None:
+        """Fork the process that wakes relays still queued once this hub is gone."""
+        try:
+            self.watcher = fork_watcher(self.key.encode("ascii"))
+        except OSError:
+            self.watcher = (0, -1)  # out of processes: queued relays wait as they did before
+
     def drop_spare(self) -> None:
         if self.spare is not None:
             os.close(self.spare[1])  # the spare reads end of file and exits
@@ -555,6 +570,10 @@ class Hub:
             if self.spare is not None and child == self.spare[0]:
                 os.close(self.spare[1])
                 self.spare = None  # a spare that died unused: the next request forks one
+                continue
+            if child == self.watcher[0]:
+                os.close(self.watcher[1])
+                self.fork_watcher()  # killed: a hub without one could strand queued relays
                 continue
             relay, proc, pidfd = self.children.pop(child, (0, -1, -1))
             if proc < 0:
