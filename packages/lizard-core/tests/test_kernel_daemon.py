@@ -196,6 +196,21 @@ def test_first_execute_starts_the_daemon_and_later_ones_reuse_it(kernel: GuestKe
     assert (first.end["n"], second.end["n"]) == (1, 2)
 
 
+def test_a_new_kernel_listens_without_the_python_layers_it_does_not_need(
+    kernel: GuestKernel,
+) -> None:
+    # A new executor waits for the daemon's start: socket, signal and ast build enums and helpers
+    # the daemon never uses; traceback and base64 wait for the first error, or are not needed.
+    layers = "{'ast', 'base64', 'signal', 'socket', 'traceback'}"
+    probe = f"import sys; sorted({layers} & set(sys.modules))"
+    assert kernel.execute(probe).value == {"text/plain": "[]"}
+    failed = kernel.execute("1 / 0")
+    assert failed.error["name"] == "ZeroDivisionError"
+    assert "<cell-2>" in failed.error["traceback"]
+    imported = kernel.execute("import socket, signal; int(socket.AF_UNIX), int(signal.SIGINT)")
+    assert imported.value == {"text/plain": "(1, 2)"}
+
+
 def test_cells_run_as_ipython_runs_them(kernel: GuestKernel) -> None:
     assert kernel.execute("a = 1\na + 1").value == {"text/plain": "2"}
     assert kernel.execute("a + 1;").value is None  # a trailing semicolon hides the value

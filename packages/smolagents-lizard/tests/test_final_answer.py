@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import inspect
 import io
 import pickle
 from typing import Any
@@ -13,11 +14,13 @@ from PIL import Image
 from smolagents.default_tools import FinalAnswerTool
 from smolagents.monitoring import AgentLogger, LogLevel
 from smolagents.remote_executors import RemotePythonExecutor
+from smolagents.tools import Tool, get_tools_definition_code
 
 from smolagents_lizard._final_answer import (
     MAX_IMAGE_PIXELS,
     FinalAnswerError,
     decode_final_answer,
+    remember_class_source,
 )
 
 
@@ -101,3 +104,54 @@ def test_image_with_too_many_pixels_is_refused() -> None:
     encoded = f'safe:{{"__type__": "PIL.Image", "data": "{data}"}}'
     with pytest.raises(FinalAnswerError, match="pixel limit"):
         decode_final_answer(encoded, max_bytes=1_000_000)
+
+
+def patched_final_answer(*, remembered: bool) -> FinalAnswerTool:
+    tool = FinalAnswerTool()
+    RemotePythonExecutor([], AgentLogger(LogLevel.OFF))._patch_final_answer_with_exception(tool)
+    if remembered:
+        remember_class_source(type(tool), RemotePythonExecutor._patch_final_answer_with_exception)
+    return tool
+
+
+def test_a_remembered_class_source_writes_the_same_tool_code() -> None:
+    plain = patched_final_answer(remembered=False)
+    remembered = patched_final_answer(remembered=True)
+    assert type(plain) is not type(remembered)  # the patch makes a new class each time
+    assert remembered.to_dict() == plain.to_dict()
+    assert get_tools_definition_code({"final_answer": remembered}) == get_tools_definition_code(
+        {"final_answer": plain}
+    )
+
+
+def test_a_patched_class_source_is_looked_up_once_per_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    patched_final_answer(remembered=True)  # the first lookup
+    looked_up: list[object] = []
+    getsource = inspect.getsource
+
+    def counting(obj: Any) -> str:
+        looked_up.append(obj)
+        return getsource(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counting)
+    tool = patched_final_answer(remembered=True)
+    tool.to_dict()
+    get_tools_definition_code({"final_answer": tool})
+    assert type(tool) not in looked_up
+    # Without it, each to_dict() asks inspect for the class (and parses its module's file).
+    plain = patched_final_answer(remembered=False)
+    plain.to_dict()
+    assert type(plain) in looked_up
+
+
+def test_a_class_with_a_source_of_its_own_is_left_alone() -> None:
+    class Sourced(Tool):  # type: ignore[misc]  # smolagents is untyped
+        __source__ = "class Sourced(Tool):\n    pass\n"
+
+    class Inheriting(Sourced):
+        pass
+
+    remember_class_source(Inheriting, test_a_class_with_a_source_of_its_own_is_left_alone)
+    assert "__source__" not in Inheriting.__dict__

@@ -70,6 +70,7 @@ from smolagents_lizard._final_answer import (
     decode_final_answer,
     drop_optional_imports,
     hoisted_imports,
+    remember_class_source,
 )
 from smolagents_lizard._live_log import LiveLog
 from smolagents_lizard._outputs import (
@@ -361,6 +362,10 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         # Patch once: patching an already patched tool makes its forward call itself.
         if final_answer is not None and not hasattr(final_answer, "_forward"):
             self._patch_final_answer_with_exception(final_answer)
+            # Both to_dict() calls (here and in get_tools_definition_code) would parse
+            # smolagents' remote_executors.py again to find the new class's source.
+            made_by = type(self)._patch_final_answer_with_exception
+            remember_class_source(type(final_answer), made_by)
         serialized = {name: tool.to_dict() for name, tool in tools.items()}
         # The tools serialized (so a bad one has raised, with nothing created): the sandbox is
         # created while smolagents writes their definitions again below.

@@ -21,14 +21,21 @@ Contract:
   ``final_answer``: an array or an image in an answer means its module was imported by then.
   So does it for the standard-library modules the tool imports inside its functions
   (``LAZY_MODULES``), unless another tool's code or smolagents' own preamble imports them too.
+- ``remember_class_source`` gives each patched class its source text, looked up once per
+  process: smolagents reads a class's ``__source__`` before it asks ``inspect``, which for a class
+  parses the whole file that defines it (the patch's ``remote_executors.py``, 45 KB: 7 to 15 ms)
+  at every ``to_dict()``, and the patch makes a new class each time, at the same place in that
+  file. The tool's code is the same either way.
 - Every refusal raises ``FinalAnswerError`` (a ``ValueError``) whose text tells the model what to
   do instead; the executor turns it into a step error.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
+import threading
 from collections.abc import Iterable
 from typing import Any
 
@@ -48,6 +55,33 @@ alone cost a new executor about 9 ms there)."""
 
 MAX_IMAGE_PIXELS = 50_000_000
 """Largest image (width x height) accepted in a final answer."""
+
+
+_CLASS_SOURCES: dict[tuple[object, str, str], str] = {}
+_CLASS_SOURCES_LOCK = threading.Lock()
+
+
+def remember_class_source(cls: type, made_by: object) -> None:
+    """Set ``cls.__source__`` to what ``inspect.getsource(cls)`` says, asked once per process.
+
+    ``made_by`` is the function whose body defines ``cls`` (smolagents' patch method): a class
+    of the same name from another function, or from a reloaded module, is looked up afresh. A
+    class that has a ``__source__`` (its own or inherited) is left alone, as smolagents would
+    not look it up; one whose source cannot be found too (``to_dict()`` raises as before).
+    """
+    if getattr(cls, "__source__", None):
+        return
+    key = (made_by, cls.__module__, cls.__qualname__)
+    with _CLASS_SOURCES_LOCK:
+        source = _CLASS_SOURCES.get(key)
+    if source is None:
+        try:
+            source = inspect.getsource(cls)
+        except (OSError, TypeError):
+            return
+        with _CLASS_SOURCES_LOCK:
+            _CLASS_SOURCES[key] = source
+    cls.__source__ = source  # type: ignore[attr-defined]
 
 
 class FinalAnswerError(ValueError):

@@ -12,12 +12,12 @@ Part of the kernel daemon program (bundled into it by ``lizard_core._guest.sourc
 
 from __future__ import annotations
 
-import base64
+import _socket
+import binascii
 import io
 import json
 import os
 import select
-import socket
 import sys
 import threading
 import time
@@ -113,7 +113,7 @@ class Channel:
 
     def __init__(
         self,
-        conn: socket.socket,
+        conn: _socket.socket,
         max_output: int,
         budget: Optional[int] = None,
         job: Optional[str] = None,
@@ -205,7 +205,8 @@ class Channel:
     def _frame_pending_locked(self) -> None:
         for stream, data in self.pending:
             for i in range(0, len(data), OUT_CHUNK):
-                piece = base64.b64encode(bytes(data[i : i + OUT_CHUNK])).decode("ascii")
+                chunk = bytes(data[i : i + OUT_CHUNK])
+                piece = binascii.b2a_base64(chunk, newline=False).decode("ascii")
                 self._append_locked(frame_line({"t": "o", "s": STREAM_NO[stream], "d": piece}))
         self.pending = []
         self.pending_size = 0
@@ -487,7 +488,7 @@ class _CellBuffer(io.RawIOBase):
         return self._stream.fileno()
 
 
-def read_request(conn: socket.socket) -> Optional[Frame]:
+def read_request(conn: _socket.socket) -> Optional[Frame]:
     conn.settimeout(30)
     chunks: List[bytes] = []
     size = 0
@@ -508,14 +509,14 @@ def read_request(conn: socket.socket) -> Optional[Frame]:
     return request
 
 
-def mark_busy(path: str, conn: socket.socket) -> None:
+def mark_busy(path: str, conn: _socket.socket) -> None:
     """Name the client this connection serves (its pid) in the file ``path``, ``busy``.
 
     A client queued behind this one reads it: when the named client is gone (cancelled, killed)
     and its cell does not stop, the queued client restarts the kernel rather than wait forever.
     """
     try:
-        creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)
+        creds = conn.getsockopt(_socket.SOL_SOCKET, _socket.SO_PEERCRED, 12)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
             os.write(fd, b"%d\n" % int.from_bytes(creds[:4], sys.byteorder, signed=True))

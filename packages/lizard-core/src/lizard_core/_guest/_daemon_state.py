@@ -9,11 +9,11 @@ Part of the kernel daemon program (bundled into it by ``lizard_core._guest.sourc
 
 from __future__ import annotations
 
-import base64
+import _signal  # type: ignore[import-not-found]  # see kernel_daemon: signal costs its enums
+import _socket
+import binascii
 import os
 import select
-import signal
-import socket
 import threading
 import time
 from typing import TYPE_CHECKING
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Py
 HERE = os.path.abspath(__file__)
 
 DAEMON_PID = os.getpid()
-KERNEL_ID = base64.b16encode(os.urandom(8)).decode().lower()
+KERNEL_ID = binascii.hexlify(os.urandom(8)).decode()
 _main_thread_id = threading.main_thread().ident or 0
 
 
@@ -37,17 +37,17 @@ def block_sigint() -> None:
     (sleep, read) and raises KeyboardInterrupt.
     """
     try:
-        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, {_signal.SIGINT})
     except (AttributeError, OSError, ValueError):
         pass
 
 
-def client_gone(conn: socket.socket) -> bool:
+def client_gone(conn: _socket.socket) -> bool:
     """True when the client closed its end (it never sends after the request)."""
     try:
         r, _, _ = select.select([conn], [], [], 0)
         if r:
-            return conn.recv(1, socket.MSG_PEEK) == b""
+            return conn.recv(1, _socket.MSG_PEEK) == b""
     except OSError:
         return True
     return False
@@ -62,7 +62,7 @@ class Watchdog:
 
     def __init__(self) -> None:
         self.cond = threading.Condition(threading.Lock())
-        self.armed: Optional[Tuple[Optional[float], socket.socket]] = (
+        self.armed: Optional[Tuple[Optional[float], _socket.socket]] = (
             None  # (deadline or None, conn) of the running cell
         )
         self.timed_out = False
@@ -70,7 +70,7 @@ class Watchdog:
         self.thread = threading.Thread(target=self._run, name="lizard-kernel-watchdog", daemon=True)
         self.thread.start()
 
-    def arm(self, timeout: Optional[float], conn: socket.socket) -> None:
+    def arm(self, timeout: Optional[float], conn: _socket.socket) -> None:
         with self.cond:
             self.timed_out = False
             self.client_gone = False
@@ -105,7 +105,7 @@ class Watchdog:
                         # Sent under the lock, so never after disarm(); a signal that lands
                         # after the cell ended is dropped by on_sigint.
                         try:
-                            signal.pthread_kill(_main_thread_id, signal.SIGINT)
+                            _signal.pthread_kill(_main_thread_id, _signal.SIGINT)
                         except (OSError, ValueError):
                             pass
                         # Again every half second: a bare ``except:`` in the cell swallows one.

@@ -10,15 +10,15 @@ Part of the kernel daemon program (bundled into it by ``lizard_core._guest.sourc
 
 from __future__ import annotations
 
-import base64
+import binascii
 import io
 import json
 import re
 import sys
-import traceback
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # annotations only: never evaluated, so the daemon runs on Python 3.8
+    import traceback
     from typing import Any, Dict, List, Optional, Tuple
 
     from ._prelude import Frame
@@ -33,6 +33,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 def without_daemon_frames(te: traceback.TracebackException) -> traceback.TracebackException:
     """Drop the daemon's own frames from a TracebackException and the exceptions chained to it."""
+    import traceback
+
     seen = set()
     todo: List[Optional[traceback.TracebackException]] = [te]
     while todo:
@@ -49,6 +51,8 @@ def without_daemon_frames(te: traceback.TracebackException) -> traceback.Traceba
 
 def describe_error(exc: BaseException) -> Frame:
     """Class name, message and an ANSI-free traceback that shows only the cell's frames."""
+    import traceback  # at the first error, not on the new kernel's way to listening
+
     name = type(exc).__name__
     try:
         message = str(exc)
@@ -71,6 +75,8 @@ class CellNotCompiled(Exception):
 
 def describe_compile_error(exc: BaseException) -> Frame:
     """A syntax error as Python prints it: the line and a caret, no stack."""
+    import traceback
+
     text = "".join(traceback.format_exception_only(type(exc), exc))
     return {"name": type(exc).__name__, "message": str(exc), "traceback": ANSI.sub("", text)}
 
@@ -90,7 +96,7 @@ REPR_METHODS = (
 def png_of_figure(fig: Any) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", bbox_inches="tight")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return binascii.b2a_base64(buf.getvalue(), newline=False).decode("ascii")
 
 
 def png_of_pil(image: Any) -> str:
@@ -100,7 +106,7 @@ def png_of_pil(image: Any) -> str:
     except (OSError, ValueError, KeyError):
         buf = io.BytesIO()
         image.convert("RGBA").save(buf, format="PNG")
-    return base64.b64encode(buf.getvalue()).decode("ascii")
+    return binascii.b2a_base64(buf.getvalue(), newline=False).decode("ascii")
 
 
 def is_instance_of(value: object, module: str, name: str) -> bool:
@@ -137,7 +143,7 @@ def rich_bundle(value: Any) -> Bundle:
                 out = json.dumps(out, default=str)
         elif isinstance(out, bytes):
             if mime.startswith("image/") and mime != "image/svg+xml":
-                out = base64.b64encode(out).decode("ascii")
+                out = binascii.b2a_base64(out, newline=False).decode("ascii")
             else:
                 out = out.decode("utf-8", "replace")
         if isinstance(out, str):

@@ -53,16 +53,19 @@ named on the host in ``lizard_core._wire``, whose test holds this program to the
 from __future__ import annotations
 import __future__
 
-import ast
+# Imported on the way to listening, the start every new kernel waits for: the C modules under
+# ``ast``, ``signal`` and ``socket`` (whose Python layers build enums and helpers the daemon never
+# uses: about 10 ms in a new sandbox); ``traceback`` and ``base64`` not at all (the first error
+# imports ``traceback``; ``binascii`` encodes).
+import _ast
+import _signal  # type: ignore[import-not-found]  # CPython's, as _socket; no stub
+import _socket
 import builtins
 import linecache
 import os
 import select
-import signal
-import socket
 import sys
 import time
-import traceback
 import types
 import warnings
 from typing import TYPE_CHECKING
@@ -107,7 +110,7 @@ from ._daemon_values import (
 from ._prelude import frame_line
 
 FUTURE_FLAGS = [getattr(__future__, name).compiler_flag for name in __future__.all_feature_names]
-TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+TOP_LEVEL_AWAIT = getattr(_ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
 CO_COROUTINE = 0x80
 
 
@@ -190,20 +193,23 @@ class Interpreter:
         self, code: str, filename: str
     ) -> Tuple[types.CodeType, Optional[types.CodeType]]:
         """Compile a cell into its statements and, when it ends with one, its last expression."""
-        tree = ast.parse(code, filename, "exec")
-        last: Optional[ast.Expr] = None
+        # What ast.parse does, without importing ast.
+        tree: _ast.Module = compile(  # type: ignore[assignment]  # a Module, in "exec" mode
+            code, filename, "exec", _ast.PyCF_ONLY_AST, True
+        )
+        last: Optional[_ast.Expr] = None
         # As in IPython, a trailing semicolon hides the value.
         final_statement = tree.body[-1] if tree.body else None
-        if isinstance(final_statement, ast.Expr) and not code.rstrip().endswith(";"):
+        if isinstance(final_statement, _ast.Expr) and not code.rstrip().endswith(";"):
             last = final_statement
             tree.body.pop()
-        body = self.compile_tracked(ast.Module(body=tree.body, type_ignores=[]), filename, "exec")
+        body = self.compile_tracked(_ast.Module(body=tree.body, type_ignores=[]), filename, "exec")
         expr = None
         if last is not None:
-            expr = self.compile_tracked(ast.Expression(body=last.value), filename, "eval")
+            expr = self.compile_tracked(_ast.Expression(body=last.value), filename, "eval")
         return body, expr
 
-    def compile_tracked(self, node: ast.AST, filename: str, mode: str) -> types.CodeType:
+    def compile_tracked(self, node: _ast.AST, filename: str, mode: str) -> types.CodeType:
         code: types.CodeType = compile(
             node,  # type: ignore[call-overload]  # Module or Expression
             filename,
@@ -227,7 +233,7 @@ class Interpreter:
             result = self.loop.run_until_complete(result)
         return result
 
-    def execute(self, req: Frame, channel: Channel, conn: socket.socket) -> Frame:
+    def execute(self, req: Frame, channel: Channel, conn: _socket.socket) -> Frame:
         STATE.count += 1
         count = STATE.count
         code = req.get("code", "")
@@ -242,7 +248,7 @@ class Interpreter:
         self.channel = channel
         self.router.channel = channel
         self.reset_streams()
-        signal.signal(signal.SIGINT, on_sigint)
+        _signal.signal(_signal.SIGINT, on_sigint)
         watchdog = self.watchdog
         bundles = []
         started = time.monotonic()
@@ -380,7 +386,7 @@ class Interpreter:
                 if left is not None and left <= 0:
                     timed_out = True
                     try:
-                        os.killpg(proc.pid, signal.SIGKILL)
+                        os.killpg(proc.pid, _signal.SIGKILL)
                     except OSError:
                         pass
                     break
@@ -451,11 +457,13 @@ class Interpreter:
         }
 
 
-def serve(kernel: Interpreter, listener: socket.socket, log: DaemonLog, directory: str) -> None:
+def serve(kernel: Interpreter, listener: _socket.socket, log: DaemonLog, directory: str) -> None:
     busy = os.path.join(directory, "busy")
     while True:
         try:
-            conn, _ = listener.accept()
+            # socket.socket.accept, by hand: a blocking connection (accept4 with O_CLOEXEC only).
+            fd, _ = listener._accept()  # type: ignore[attr-defined]  # unlisted in the stub
+            conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM, 0, fd)
         except InterruptedError:
             continue
         except OSError as exc:
@@ -477,7 +485,7 @@ def serve(kernel: Interpreter, listener: socket.socket, log: DaemonLog, director
                 pass
 
 
-def handle(kernel: Interpreter, conn: socket.socket, log: DaemonLog) -> None:
+def handle(kernel: Interpreter, conn: _socket.socket, log: DaemonLog) -> None:
     try:
         req = read_request(conn)
     except (ValueError, OSError) as exc:
@@ -503,6 +511,8 @@ def handle(kernel: Interpreter, conn: socket.socket, log: DaemonLog) -> None:
             final = kernel.ping(channel)
     except BaseException as exc:
         # A failure of the daemon itself, not of the cell: say what it was; the daemon lives on.
+        import traceback
+
         text = traceback.format_exc()
         log.write(("request failed: %s\n" % text).encode())
         final = {
@@ -551,9 +561,9 @@ def main() -> None:
     kernel.reset_streams()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=router.after_fork_in_child)
-    signal.signal(signal.SIGINT, on_sigint)
+    _signal.signal(_signal.SIGINT, on_sigint)
     path = os.path.join(directory, "sock")
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
     tmp = path + ".%d" % os.getpid()
     try:
         os.unlink(tmp)
