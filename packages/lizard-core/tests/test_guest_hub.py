@@ -262,11 +262,11 @@ def _hub_in(directory: Path) -> int:
     return int(names[0].name.split(".")[1]) if names else 0
 
 
-def _wait_until(condition: Any, what: str) -> None:
+def _wait_until(condition: Any, what: str, poll: float = 0.05) -> None:
     deadline = time.monotonic() + 30
     while not condition():
         assert time.monotonic() < deadline, what
-        time.sleep(0.05)
+        time.sleep(poll)
 
 
 @pytest.mark.parametrize("why", ["idle", "directory-replaced"])
@@ -639,13 +639,6 @@ def _queued(relay: int) -> bool:
     return "5" in fds and "8" not in fds
 
 
-def _until(condition: Any, what: str, within: float = 30.0) -> None:
-    deadline = time.monotonic() + within
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.002)
-
-
 class _Queue:
     """Relays driven on the host (``HOME`` a test's own) and a relay queued behind a busy hub."""
 
@@ -683,15 +676,19 @@ class _Queue:
     ) -> tuple[int, subprocess.Popen[bytes], list[subprocess.Popen[bytes]]]:
         first = self.call("print('first')", f"first-{attempt}")
         assert first.communicate(timeout=60)[0] == b"first\n"
-        _until(lambda: _hub_in(self.directory) not in (0, previous), "no hub started")
+        _wait_until(
+            lambda: _hub_in(self.directory) not in (0, previous), "no hub started", poll=0.002
+        )
         hub = _hub_in(self.directory)
         long = self.call(slow, f"long-{attempt}")
         # Taken: the hub now compiles the new program for a while, beside its child.
-        _until(lambda: _holds(hub, long.pid), "the long call was never taken")
+        _wait_until(lambda: _holds(hub, long.pid), "the long call was never taken", poll=0.002)
         queued = []
         for n in range(count):  # one after the other: queued in this order
             relay = self.call(quick, f"queued-{attempt}-{n}")
-            _until(lambda r=relay: r.poll() is not None or _queued(r.pid), "never queued")
+            _wait_until(
+                lambda r=relay: r.poll() is not None or _queued(r.pid), "never queued", poll=0.002
+            )
             queued.append(relay)
         os.kill(hub, signal.SIGSTOP)
         return hub, long, queued
@@ -798,14 +795,14 @@ def test_a_relay_queued_when_its_hub_dies_is_left_to_the_watcher_alone(tmp_path:
         assert watcher
         os.kill(watcher, signal.SIGSTOP)
         os.kill(hub, signal.SIGKILL)
-        _until(lambda: _gone(hub), "the hub never died")
+        _wait_until(lambda: _gone(hub), "the hub never died", poll=0.002)
         with contextlib.suppress(subprocess.TimeoutExpired):
             queued.wait(timeout=3)
         assert queued.poll() is None, "the relay ran the launcher while the watcher could signal it"
         os.kill(watcher, signal.SIGCONT)
         out, _ = queued.communicate(timeout=20)
         assert (queued.returncode, out) == (4, b"ran\n")
-        _until(lambda: _gone(watcher), "the watcher never exited")
+        _wait_until(lambda: _gone(watcher), "the watcher never exited", poll=0.002)
     finally:
         relays.clean_up()
 
