@@ -188,6 +188,12 @@ def relay_state(proc: int) -> Tuple[bytes, bytes]:
     return head.partition(b"(")[2], tail[1:2]
 
 
+def acted(proc: int, name: bytes) -> bool:
+    """Whether a signalled relay has acted: exited, or run the launcher (a new name)."""
+    now, state = relay_state(proc)
+    return now != name or state in (b"", b"Z", b"X")
+
+
 def settle(relay: int, proc: int, pidfd: int, name: bytes, within: float) -> None:
     """Wake the relay until it acts on its last signal: exits, or becomes the launcher.
 
@@ -207,8 +213,7 @@ def settle(relay: int, proc: int, pidfd: int, name: bytes, within: float) -> Non
             select.select([pidfd], [], [], delay)  # readable once the relay has exited
         else:
             time.sleep(delay)
-        now, state = relay_state(proc)
-        if now != name or state in (b"", b"Z", b"X"):
+        if acted(proc, name):
             return
         if time.monotonic() > deadline or not signal_relay(relay, proc, NUDGE, pidfd):
             return

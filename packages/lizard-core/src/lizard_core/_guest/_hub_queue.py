@@ -28,6 +28,7 @@ from ._hub_child import (
     SETTLE_S,
     SIGUSR2,
     WAIT_FD,
+    acted,
     name,
     open_pidfd,
     relay_argv,
@@ -233,8 +234,7 @@ def settled(woken: Tuple[int, int, int, bytes, float]) -> bool:
     import time
 
     relay, proc, pidfd, before, due = woken
-    now, state = relay_state(proc)
-    if now == before and state not in (b"", b"Z", b"X"):
+    if not acted(proc, before):
         if time.monotonic() < due and signal_relay(relay, proc, NUDGE, pidfd):
             return False
     os.close(proc)
