@@ -224,24 +224,30 @@ def test_close_destroys_a_created_sandbox_and_may_be_repeated(lizard_local: Loca
 
 
 def test_close_during_the_first_calls_create_destroys_what_it_creates(
-    lizard_local: LocalServer,
+    lizard_counters: LocalServer,
 ) -> None:
     import threading
 
-    before = set(lizard_local.sandboxes())
+    before = set(lizard_counters.sandboxes())
     backend = LizardSandbox(lifetime_ms=300_000)
     outcome: list[object] = []
-    lizard_local.set_latency(500)  # the create is in flight when close() comes
+    lizard_counters.set_latency(2000)  # every request is handled 2 s after it arrives
     try:
         first = threading.Thread(target=lambda: outcome.append(_attempt(backend)))
         first.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 30
+        # The create has arrived, so it is in flight when close() comes.
+        while not lizard_counters.counters()["routes"].get("POST /api/sandboxes"):
+            assert time.monotonic() < deadline, "the create never arrived"
+            time.sleep(0.01)
         backend.close()
         first.join(30)
     finally:
-        lizard_local.set_latency(0)
-    assert len(outcome) == 1  # the first call ended (its result or its error), and then:
-    assert set(lizard_local.sandboxes()) == before  # nothing it created is left running
+        lizard_counters.set_latency(0)
+    # The first call waited for the create, and the session was closed meanwhile.
+    assert len(outcome) == 1
+    assert isinstance(outcome[0], SandboxUnavailableError)
+    assert set(lizard_counters.sandboxes()) == before  # nothing it created is left running
 
 
 def _attempt(backend: LizardSandbox) -> object:

@@ -347,12 +347,29 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
         first_use = pool.submit(session.sandbox)
         wait_for(lambda: count(lizard_counters, CREATE) == 1)
         session.destroy()
-        created = first_use.result(timeout=30)
+        with pytest.raises(SandboxGoneError, match="destroyed or closed"):
+            first_use.result(timeout=30)  # it waited for the create: no sandbox being killed
     assert session.destroyed
-    assert created.sandbox_id == session.sandbox_id
+    assert session.sandbox_id is not None
     assert session.sandbox_id not in lizard_counters.sandboxes()
     with pytest.raises(SandboxGoneError, match="destroyed"):
         session.sandbox()
+
+
+@pytest.mark.usefixtures("restore_latency")
+async def test_a_call_waiting_for_the_create_when_the_session_closes_is_refused(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig
+) -> None:
+    lizard_counters.set_latency(1000)
+    session = Session(sandbox_config)
+    first_use = asyncio.create_task(session.asandbox())
+    await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
+    await session.aclose()  # no request: the sandbox is left running, for an attach
+    with pytest.raises(SandboxGoneError, match="destroyed or closed"):
+        await first_use
+    assert session.sandbox_id in lizard_counters.sandboxes()
+    lizard_counters.set_latency(0)
+    Session(sandbox_config, sandbox_id=session.sandbox_id).destroy()
 
 
 def test_open_ahead_creates_once_in_the_background(
@@ -741,7 +758,8 @@ async def test_release_during_the_create_destroys_what_it_creates(
     await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
     assert not session.created  # the create has not answered yet
     await session.arelease()
-    await task  # the create finished and was recorded before the release decided
+    with pytest.raises(SandboxGoneError):
+        await task  # the create finished and was recorded before the release decided
     assert session.created
     assert session.destroyed
     assert session.sandbox_id not in lizard_counters.sandboxes()

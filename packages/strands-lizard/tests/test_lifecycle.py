@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from conftest import CREATE, Requests
@@ -69,17 +70,24 @@ async def test_kill_destroys_an_attached_sandbox(lizard_local: LocalServer) -> N
 
 
 async def test_close_during_the_first_calls_create_destroys_what_it_creates(
-    lizard_local: LocalServer,
+    lizard_local: LocalServer, requests: Requests
 ) -> None:
     before = set(lizard_local.sandboxes())
     sandbox = LizardSandbox(lifetime_ms=120_000)
-    lizard_local.set_latency(500)  # the create is in flight when close() comes
+    lizard_local.set_latency(2000)  # every request is handled 2 s after it arrives
     try:
         first = asyncio.create_task(sandbox.execute("true"))
-        await asyncio.sleep(0.2)
+        await asyncio.to_thread(_arrived, requests, CREATE)  # the create is in flight
         await sandbox.aclose()
     finally:
         lizard_local.set_latency(0)
     with pytest.raises(SandboxUnavailableError):
-        await first  # the sandbox it was creating is gone
+        await first  # it waited for the create, and the session was closed meanwhile
     assert set(lizard_local.sandboxes()) == before
+
+
+def _arrived(requests: Requests, route: str) -> None:
+    deadline = time.monotonic() + 30
+    while route not in requests.counts():
+        assert time.monotonic() < deadline, f"no {route} arrived"
+        time.sleep(0.01)

@@ -143,6 +143,7 @@ class Acquisition:
                 break
             except concurrent.futures.CancelledError:
                 continue  # its owner gave up before starting: claim it again
+        self._still_usable()
         return sandbox
 
     async def asandbox(self) -> Any:
@@ -169,6 +170,7 @@ class Acquisition:
                 continue
             sandbox = future.result()
             break
+        self._still_usable()
         if self._idle_pause_s is not None or self._paused:
             await run_blocking(self._ensure_running, sandbox)
         if self._idle_pause_s is None:
@@ -189,6 +191,12 @@ class Acquisition:
                 f"The sandbox {self._sandbox_id} no longer exists (killed or expired).",
                 sandbox_id=self._sandbox_id,
             )
+
+    def _still_usable(self) -> None:
+        # A session closed while this caller waited for its create refuses the call, rather
+        # than run it on a sandbox that the close is destroying (a race either way it went).
+        with self._lock:
+            self._check_usable()
 
     def _claim(self) -> tuple[Any, concurrent.futures.Future[Any] | None, bool]:
         """Return (sandbox, None, False), or the acquisition future and whether we own it."""
