@@ -402,11 +402,13 @@ def test_destroy_during_an_open_ahead_removes_the_new_sandbox(
     assert count(lizard_counters, CREATE) == 1
 
 
+@pytest.mark.usefixtures("restore_latency")
 @pytest.mark.parametrize("wait", [True, False], ids=["failed-before-use", "fails-during-use"])
 def test_a_failed_open_ahead_is_the_next_callers_error_once(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig, wait: bool
 ) -> None:
     lizard_counters.inject_fault(CREATE, status=429, count=1, retry_after_s=5)
+    lizard_counters.set_latency(1000)  # the 429 comes a second after the create is sent
     session = Session(sandbox_config)
     session.open_ahead()
     assert "state=opening" in repr(session)
@@ -414,6 +416,7 @@ def test_a_failed_open_ahead_is_the_next_callers_error_once(
         wait_for(lambda: "state=lazy" in repr(session))  # the create failed
     with pytest.raises(QuotaError) as caught:
         session.sandbox()
+    lizard_counters.set_latency(0)
     assert caught.value.retry_after == 5
     assert count(lizard_counters, CREATE) == 1  # not retried behind the caller's back
     try:

@@ -117,13 +117,18 @@ class Teardown:
         :meth:`close`); ``destroy_on_exit`` decides instead when given. A create in flight is
         waited for first, so a sandbox being created for a racing caller is not left running.
         """
-        self._teardown(kill=self._exit_should_kill())
+        self._teardown(kill=self._destroy_on_exit)
 
     async def arelease(self) -> None:
         """Async :meth:`release`."""
         await run_blocking(self.release)
 
-    def _teardown(self, *, kill: bool) -> None:
+    def _teardown(self, *, kill: bool | None) -> None:
+        """Close the session, then kill the sandbox if ``kill`` (None: if this session made it).
+
+        Closed before a create in flight is waited for, so that the callers waiting for that
+        create are refused (they see a closed session) rather than racing the kill.
+        """
         with self._destroy_lock:
             with self._lock:
                 if self._destroyed:
@@ -137,6 +142,8 @@ class Teardown:
             with self._lock:
                 sandbox, sandbox_id = self._sandbox, self._sandbox_id
                 known_gone = self._gone and not self._gone_listed
+                if kill is None:
+                    kill = self._created  # the create in flight decided what we own
             try:
                 if kill and sandbox_id is not None and not known_gone:
                     handle = (
@@ -160,19 +167,9 @@ class Teardown:
                 self._destroyed = kill
                 self._sandbox = None
 
-    def _exit_should_kill(self) -> bool:
-        if self._destroy_on_exit is not None:
-            return self._destroy_on_exit
-        with self._lock:
-            in_flight = self._acquiring
-        if in_flight is not None:
-            concurrent.futures.wait([in_flight])  # a create in flight decides what we own
-        with self._lock:
-            return self._created
-
     def _exit(self, exc: BaseException | None) -> None:
         try:
-            self._teardown(kill=self._exit_should_kill())
+            self._teardown(kill=self._destroy_on_exit)
         except Exception as error:
             if exc is None:
                 raise
