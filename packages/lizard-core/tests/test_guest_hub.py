@@ -1257,3 +1257,35 @@ def test_the_waiting_relay_is_woken_by_the_nudge_and_acts_on_its_signals(tmp_pat
         relay.wait()
         hub.kill()
         hub.wait()
+
+
+def test_a_hub_preloads_once_its_launcher_waits_or_at_its_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The preload waits for the launcher to wait (its CPU is then free), bounded by a limit."""
+    from lizard_core._guest import hub
+
+    waiting = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    procs = {p: os.open(f"/proc/{p.pid}", os.O_RDONLY | os.O_DIRECTORY) for p in (waiting, busy)}
+    try:
+        time.sleep(0.5)  # both past their start
+        monkeypatch.setattr(hub, "IDLE_WAIT_S", 60.0)
+        started = time.monotonic()
+        hub.wait_until_idle(procs[waiting])
+        assert time.monotonic() - started < 30, "a waiting launcher was not seen to wait"
+        monkeypatch.setattr(hub, "IDLE_WAIT_S", 0.5)
+        started = time.monotonic()
+        hub.wait_until_idle(procs[busy])
+        assert time.monotonic() - started >= 0.5, "a running launcher was taken for waiting"
+        busy.kill()
+        busy.wait()
+        monkeypatch.setattr(hub, "IDLE_WAIT_S", 60.0)
+        started = time.monotonic()
+        hub.wait_until_idle(procs[busy])  # reaped: gone
+        assert time.monotonic() - started < 30, "a launcher that is gone was waited for"
+    finally:
+        for p, fd in procs.items():
+            os.close(fd)
+            p.kill()
+            p.wait()

@@ -19,6 +19,7 @@ is what makes that process answer the relay:
 
 from __future__ import annotations
 
+import errno
 import os
 from typing import TYPE_CHECKING
 
@@ -96,7 +97,7 @@ class Queue:
 
         copied = self.lib.tee(FIFO_FD, self.scratch[1], RECORD, _NONBLOCK)
         if copied <= 0:
-            if copied < 0 and ctypes.get_errno() not in (11,):  # EAGAIN: nothing queued
+            if copied < 0 and ctypes.get_errno() != errno.EAGAIN:  # EAGAIN: nothing queued
                 self.lib = None  # tee refused (an old kernel): read records from now on
                 return self.peek()
             self.record = b""

@@ -74,6 +74,8 @@ MAX_CODES = 8
 LEARN_BYTES = 64 * 1024
 """Of a relay's argv, what the hub reads to learn its program (the relay, key and both packed
 programs take about 13 KiB)."""
+IDLE_WAIT_S = 0.2
+"""The longest a hub forked from a launcher waits for the launcher to wait before preloading."""
 HUB_NAME = "lizard-hub"
 PRELOAD = (
     "_socket",
@@ -235,6 +237,7 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
         os.chdir("/")
         blank = blank_command_line()
         if blank and len(getattr(os, "sched_getaffinity", lambda _: ())(0)) > 1:
+            wait_until_idle(proc)
             preload()
         wait_for_exit(proc, pidfd)
         if blank:
@@ -271,6 +274,26 @@ def wait_for_exit(proc: int, pidfd: int) -> None:
                 break
             time.sleep(0.005)
     os.close(proc)
+
+
+def wait_until_idle(proc: int) -> None:
+    """Return once the launcher of ``proc`` waits (twice seen not running) or is gone.
+
+    The launcher's program runs its own start first (a command's spawn; a kernel client's
+    compile of the daemon beside the daemon's own Python start): the preload then would take a
+    CPU from that start. Once the launcher waits, its work runs elsewhere and a CPU is free.
+    """
+    import time
+
+    end = time.monotonic() + IDLE_WAIT_S
+    waiting = 0
+    while waiting < 2 and time.monotonic() < end:
+        try:
+            state = read_at(proc, "stat").rsplit(b")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        waiting = 0 if state == b"R" else waiting + 1
+        time.sleep(0.002)
 
 
 def blank_command_line() -> bool:
