@@ -275,14 +275,22 @@ def test_one_session_serves_trio_asyncio_and_threads(
 # ── cancellation never loses the id ──────────────────────────────────────
 
 
+async def _first_use_in_flight(
+    server: LocalServer, config: SandboxConfig, latency_ms: int
+) -> tuple[Session, asyncio.Task[Any]]:
+    """A new session whose first ``asandbox()`` has its create at the server, answered later."""
+    server.set_latency(latency_ms)
+    session = Session(config)
+    task = asyncio.create_task(session.asandbox())
+    await asyncio.to_thread(wait_for, lambda: count(server, CREATE) == 1)
+    return session, task
+
+
 @pytest.mark.usefixtures("restore_latency")
 async def test_cancelled_create_is_recorded_and_destroy_removes_it(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
-    lizard_counters.set_latency(800)
-    session = Session(sandbox_config)
-    task = asyncio.create_task(session.asandbox())
-    await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
+    session, task = await _first_use_in_flight(lizard_counters, sandbox_config, 800)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -300,10 +308,7 @@ async def test_cancelled_create_is_recorded_and_destroy_removes_it(
 async def test_waiters_get_the_sandbox_when_the_creating_task_is_cancelled(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
-    lizard_counters.set_latency(500)
-    session = Session(sandbox_config)
-    creator = asyncio.create_task(session.asandbox())
-    await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
+    session, creator = await _first_use_in_flight(lizard_counters, sandbox_config, 500)
     waiters = [asyncio.create_task(session.asandbox()) for _ in range(5)]
     await asyncio.sleep(0.05)
     creator.cancel()
@@ -360,10 +365,7 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
 async def test_a_call_waiting_for_the_create_when_the_session_closes_is_refused(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
-    lizard_counters.set_latency(1000)
-    session = Session(sandbox_config)
-    first_use = asyncio.create_task(session.asandbox())
-    await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
+    session, first_use = await _first_use_in_flight(lizard_counters, sandbox_config, 1000)
     await session.aclose()  # no request: the sandbox is left running, for an attach
     with pytest.raises(SandboxGoneError, match="destroyed or closed"):
         await first_use
@@ -755,10 +757,7 @@ async def test_async_with_destroys_what_it_created(
 async def test_release_during_the_create_destroys_what_it_creates(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:
-    lizard_counters.set_latency(800)
-    session = Session(sandbox_config)
-    task = asyncio.create_task(session.asandbox())
-    await asyncio.to_thread(wait_for, lambda: count(lizard_counters, CREATE) == 1)
+    session, task = await _first_use_in_flight(lizard_counters, sandbox_config, 800)
     assert not session.created  # the create has not answered yet
     await session.arelease()
     with pytest.raises(SandboxGoneError):
