@@ -374,6 +374,34 @@ async def test_a_call_waiting_for_the_create_when_the_session_closes_is_refused(
     Session(sandbox_config, sandbox_id=session.sandbox_id).destroy()
 
 
+@pytest.mark.usefixtures("restore_latency")
+@pytest.mark.parametrize("first_use", ["sandbox", "open_ahead"])
+def test_keep_paused_during_the_create_leaves_the_new_sandbox_paused(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, first_use: str
+) -> None:
+    lizard_counters.set_latency(1000)
+    session = Session(sandbox_config)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        waiter = pool.submit(session.sandbox if first_use == "sandbox" else session.open_ahead)
+        wait_for(lambda: count(lizard_counters, CREATE) == 1)
+        session.keep_paused()  # the create is in flight: what it makes is kept, paused
+        if first_use == "sandbox":
+            with pytest.raises(SandboxGoneError, match="destroyed or closed"):
+                waiter.result(timeout=30)
+    lizard_counters.set_latency(0)
+    assert session.sandbox_id is not None
+    assert not session.destroyed
+    status = (
+        lizard.Sandbox(
+            session.sandbox_id, api_key=lizard_counters.api_key, api_url=lizard_counters.url
+        )
+        .get_info()
+        .status
+    )
+    Session(sandbox_config, sandbox_id=session.sandbox_id).destroy()
+    assert status == "paused"  # not left running (billing) behind a closed session
+
+
 def test_open_ahead_creates_once_in_the_background(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig
 ) -> None:

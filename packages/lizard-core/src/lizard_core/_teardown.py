@@ -7,7 +7,8 @@ Contract (the session's module docstring states it for users):
 - :meth:`Teardown.close` makes no request and leaves the sandbox as it is, running or paused,
   for another session to attach to.
 - :meth:`Teardown.keep_paused` pauses, then closes; a failed pause destroys instead (retried by
-  a later call if that fails too), and a sandbox already gone counts as kept.
+  a later call if that fails too), and a sandbox already gone counts as kept. A create in
+  flight is waited for and paused (its waiters are refused), not left running.
 - Either way the session is closed: its pooled connection goes, and every later use raises
   :class:`~lizard_core.errors.SandboxGoneError`.
 """
@@ -55,15 +56,20 @@ class Teardown:
     def _call_with_retries(self, fn: Any, /, *args: Any, idempotent: bool, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def pause(self) -> None:
+    def _found_paused(self, attach_id: str) -> bool:
+        raise NotImplementedError
+
+    def _pause_now(self, sandbox: Any, *, idle: bool) -> None:
         raise NotImplementedError
 
     def keep_paused(self) -> None:
         """Pause the sandbox and stop using it, leaving it paused for a later attach (blocking).
 
-        A sandbox already gone counts as done. One whose pause fails is destroyed rather than
-        left running (billing), and the pause's error is raised. The session is closed either way.
-        If that destroy fails too, its error is raised and a later call tries the destroy again.
+        A sandbox already gone counts as done. A create in flight is waited for and its sandbox
+        paused; the calls that waited for it raise :class:`~lizard_core.errors.SandboxGoneError`.
+        One whose pause fails is destroyed rather than left running (billing), and the pause's
+        error is raised. The session is closed either way. If that destroy fails too, its error
+        is raised and a later call tries the destroy again.
         """
         with self._lock:
             destroy_only = self._pause_failed
@@ -71,7 +77,7 @@ class Teardown:
             self.destroy()  # idempotent: no request once it has succeeded
             return
         try:
-            self.pause()
+            self._pause_to_keep()
         except SandboxGoneError:
             pass
         except LizardIntegrationError:
@@ -80,6 +86,31 @@ class Teardown:
             self.destroy()
             raise
         self.close()
+
+    def _pause_to_keep(self) -> None:
+        """Close to new calls, wait for a create or attach in flight, then pause what there is.
+
+        Closed first, as a release is: the callers waiting for that create are refused, so none
+        resumes the sandbox paused here, and a create in flight is paused, not left running.
+        """
+        with self._lock:
+            if self._destroyed or self._closed or self._gone:
+                return  # nothing of this session's to pause (a gone one counts as kept)
+            self._closed = True
+            self._keeper_wake.notify_all()
+            in_flight = self._acquiring
+        if in_flight is not None:
+            concurrent.futures.wait([in_flight])
+        with self._lock:
+            sandbox, attach_id = self._sandbox, self._sandbox_id
+        if sandbox is None:
+            if attach_id is None or in_flight is not None:
+                return  # never created, or its create or attach failed: nothing runs
+            # An attach not yet made: a sandbox already paused is left so (one GET).
+            if self._found_paused(attach_id):
+                return
+            sandbox = Sandbox(attach_id, **self.api_kwargs())
+        self._pause_now(sandbox, idle=False)
 
     async def akeep_paused(self) -> None:
         """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""

@@ -24,7 +24,8 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   a sandbox picked up by a later run does not expire under it.
 - **Pause and resume** (:mod:`lizard_core._pausing`): explicit, or after ``idle_pause_s`` idle
   seconds; the next operation resumes transparently; fresh boots are counted for the kernel.
-  :meth:`Session.keep_paused` pauses and lets go (a failed pause destroys: nothing left billing).
+  :meth:`Session.keep_paused` pauses and lets go (a failed pause destroys: nothing left billing;
+  a create in flight is waited for and paused, its waiters refused).
 - **Open without leftovers.** :meth:`Session.aopen` is :meth:`Session.asandbox` that, when it
   fails or is cancelled, releases the session first: a sandbox it was creating is destroyed.
 - **Copies.** ``snapshot_id`` starts the sandbox from a snapshot (:mod:`lizard_core.snapshots`),
