@@ -96,9 +96,7 @@ class Teardown:
         with self._lock:
             if self._destroyed or self._closed or self._gone:
                 return  # nothing of this session's to pause (a gone one counts as kept)
-            self._closed = True
-            self._keeper_wake.notify_all()
-            in_flight = self._acquiring
+            in_flight = self._close_locked()
         if in_flight is not None:
             concurrent.futures.wait([in_flight])
         with self._lock:
@@ -111,6 +109,15 @@ class Teardown:
                 return
             sandbox = Sandbox(attach_id, **self.api_kwargs())
         self._pause_now(sandbox, idle=False)
+
+    def _close_locked(self) -> concurrent.futures.Future[Any] | None:
+        """Close the session (``_lock`` held): no new acquisition starts from here on.
+
+        Returns the acquisition in flight, for the caller to wait for outside the lock.
+        """
+        self._closed = True
+        self._keeper_wake.notify_all()
+        return self._acquiring
 
     async def akeep_paused(self) -> None:
         """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""
@@ -164,10 +171,7 @@ class Teardown:
             with self._lock:
                 if self._destroyed:
                     return
-                # From here on no new acquisition can start.
-                self._closed = True
-                self._keeper_wake.notify_all()
-                in_flight = self._acquiring
+                in_flight = self._close_locked()
             if in_flight is not None:
                 concurrent.futures.wait([in_flight])
             with self._lock:
