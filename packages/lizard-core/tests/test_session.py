@@ -361,6 +361,21 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
         session.sandbox()
 
 
+@pytest.mark.timeout(60)  # before the fix it waited forever, the loop blocked
+@pytest.mark.parametrize("end", ["close", "release", "keep_paused"])
+async def test_a_synchronous_end_on_the_loops_thread_before_the_create_starts_returns(
+    lizard_counters: LocalServer, sandbox_config: SandboxConfig, end: str
+) -> None:
+    session = Session(sandbox_config)
+    first_use = asyncio.create_task(session.asandbox())
+    await asyncio.sleep(0)  # it claimed the create; the loop has not yet started its thread
+    getattr(session, end)()  # on the loop's own thread: nothing to wait for, none sent
+    with pytest.raises(SandboxGoneError, match="destroyed or closed"):
+        await first_use
+    assert session.sandbox_id is None
+    assert count(lizard_counters, CREATE) == 0
+
+
 @pytest.mark.usefixtures("restore_latency")
 async def test_a_call_waiting_for_the_create_when_the_session_closes_is_refused(
     lizard_counters: LocalServer, sandbox_config: SandboxConfig

@@ -135,6 +135,8 @@ class Acquisition:
             if owner:
                 try:
                     sandbox = self._acquire_uninterrupted(future)
+                except concurrent.futures.CancelledError:
+                    continue  # a close cancelled it before it started: the claim says so
                 finally:
                     self._release_unstarted(future)
                 break
@@ -160,6 +162,8 @@ class Acquisition:
             if owner:
                 try:
                     sandbox = await run_blocking(self._acquire, future)
+                except concurrent.futures.CancelledError:
+                    continue  # a close cancelled it before it started: the claim says so
                 finally:
                     # Under trio a caller cancelled before the thread started never runs
                     # _acquire; hand the claim back so that waiters are not stranded.

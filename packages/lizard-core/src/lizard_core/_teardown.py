@@ -113,11 +113,16 @@ class Teardown:
     def _close_locked(self) -> concurrent.futures.Future[Any] | None:
         """Close the session (``_lock`` held): no new acquisition starts from here on.
 
-        Returns the acquisition in flight, for the caller to wait for outside the lock.
+        Returns the acquisition in flight, for the caller to wait for outside the lock. One its
+        owner has not started yet is cancelled instead: no create was sent, and a close on an
+        event loop's own thread would wait for it forever (the loop starts its thread).
         """
         self._closed = True
         self._keeper_wake.notify_all()
-        return self._acquiring
+        in_flight = self._acquiring
+        if in_flight is not None and in_flight.cancel():
+            return None  # its owner, when it runs, finds the session closed
+        return in_flight
 
     async def akeep_paused(self) -> None:
         """Async :meth:`keep_paused`; a cancellation waits for the request already sent."""
