@@ -8,6 +8,9 @@ Contract (the session's module docstring states it for users):
 - The create runs in a worker thread that records the sandbox before anyone can cancel the
   result away: a cancelled ``await`` or Ctrl-C waits for it, so the id is never lost.
 - :meth:`Acquisition.open_ahead` starts that worker early; its error goes to the next caller.
+- A session closed (or destroyed) while callers wait for its create refuses them with
+  :class:`~lizard_core.errors.SandboxGoneError`; a close that comes before the create was
+  started cancels it, so that nothing is sent (see :mod:`lizard_core._teardown`).
 - :meth:`Acquisition.aopen` releases the session when the start fails or is cancelled.
 - The create goes over the session's pooled connection (:mod:`lizard_core._create`); the
   project is resolved to its id once per process, under one lock.

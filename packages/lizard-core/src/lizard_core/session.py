@@ -39,7 +39,7 @@ What holds (tested against lizard-local in ``tests/test_session.py``):
   A failure to destroy is raised, or attached as a note to the block's own exception.
   :meth:`Session.release` ends the session the same way, for adapters with a ``close()``: a
   create in flight is waited for, then destroyed, and the calls that waited for it raise
-  :class:`~lizard_core.errors.SandboxGoneError`.
+  :class:`~lizard_core.errors.SandboxGoneError` (one not yet started is not sent at all).
 - **Keep-alive** (``keep_alive=True``): a sandbox in use does not expire, an idle one still
   does (:mod:`lizard_core._keep_alive`).
 - **Is it still there?** :meth:`Session.check_alive` (one ``GET``, failure paths only) records a
