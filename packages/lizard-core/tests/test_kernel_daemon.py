@@ -914,3 +914,22 @@ def test_guest_programs_are_python_3_8_syntax(name: str) -> None:
     # Both the readable source and the compact form (what travels and what the daemon file holds).
     ast.parse(source(name), feature_version=(3, 8))
     ast.parse(program(name), feature_version=(3, 8))
+
+
+def test_an_interrupt_sent_as_the_cell_frame_arrives_stops_that_cell(kernel: GuestKernel) -> None:
+    """The host may interrupt once it has the ``cell`` frame, before the cell's code runs."""
+    kernel.execute("import time")
+    daemon = kernel.daemon_pid()
+    # The daemon sets the cell's environment after it sent the cell frame: many variables keep
+    # it there long enough for the signal to land before the cell's code runs.
+    env = {f"LIZARD_TEST_VAR_{i}": "x" for i in range(5000)}
+    body = {"op": "execute", "code": "time.sleep(10)", "timeout": 60, "grace": 1, "env": env}
+    proc = subprocess.Popen(kernel.argv("execute", body), stdout=subprocess.PIPE, env=kernel.env)
+    assert proc.stdout is not None
+    assert json.loads(proc.stdout.readline())["t"] == "pid"
+    assert json.loads(proc.stdout.readline())["t"] == "cell"
+    os.kill(daemon, signal.SIGINT)  # what the interrupt operation sends
+    frames = [json.loads(line) for line in proc.stdout]
+    proc.wait()
+    assert frames[-1]["error"]["name"] == "KeyboardInterrupt"
+    assert kernel.execute("'still here'").frames[-1]["error"] is None

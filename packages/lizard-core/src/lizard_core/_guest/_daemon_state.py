@@ -117,6 +117,7 @@ class CellState:
 
     def __init__(self) -> None:
         self.executing = False
+        self.starting = False  # the cell frame is sent, the cell's code not yet running
         self.deferred = False
         self.count = 0
 
@@ -127,11 +128,14 @@ STATE = CellState()
 def on_sigint(signum: int, frame: Any) -> None:
     """Raise KeyboardInterrupt in the running cell, never in the daemon's own code.
 
-    Between cells the signal is dropped. While the daemon's code runs for the cell (framing
+    Between cells the signal is dropped; from the cell frame on (the host may interrupt as soon
+    as it has it) it is the cell's. While the daemon's code runs for the cell (framing
     output, formatting results) it is deferred to the next safe point (``interrupt_point``), so a
     frame or the namespace bookkeeping is never left half done.
     """
     if not STATE.executing:
+        # Between cells it is dropped; once the host has the cell frame it is the cell's.
+        STATE.deferred = STATE.deferred or STATE.starting
         return
     if frame is not None and frame.f_code.co_filename == HERE:
         STATE.deferred = True

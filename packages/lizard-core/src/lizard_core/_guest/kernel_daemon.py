@@ -241,6 +241,8 @@ class Interpreter:
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         self.max_result = int(req.get("max_result") or 4 * 1024 * 1024)
         self.result_index = 0
+        STATE.deferred = False
+        STATE.starting = True
         channel.frame(cell_frame(count))
         saved_env = self.apply_env(req.get("env") or {})
         error = None
@@ -255,9 +257,10 @@ class Interpreter:
         watchdog.arm(req.get("timeout"), conn)
         try:
             try:
-                STATE.deferred = False
                 STATE.executing = True
+                STATE.starting = False
                 try:
+                    interrupt_point()  # one that came after the cell frame, before this
                     try:
                         body, expr = self.compile_cell(code, filename)
                     except (SyntaxError, ValueError, OverflowError, RecursionError) as exc:
@@ -291,6 +294,7 @@ class Interpreter:
                 # A child forked by the cell that ran on to here: it must never serve requests.
                 os._exit(0)
             STATE.executing = False
+            STATE.starting = False
             watchdog.disarm()
             # Now, before the daemon opens anything (the next connection) that could take a
             # descriptor the cell closed.
