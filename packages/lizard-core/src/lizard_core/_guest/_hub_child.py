@@ -179,7 +179,7 @@ def signal_relay(relay: int, proc: int, signum: int, pidfd: int = -1) -> bool:
 
 
 def relay_state(proc: int) -> Tuple[bytes, bytes]:
-    """The relay's name and state letter (``/proc/<pid>/stat``); empty once it is reaped."""
+    """A process's name and state letter (``/proc/<pid>/stat``); empty once it is reaped."""
     try:
         stat = read_at(proc, "stat")
     except OSError:

@@ -54,6 +54,7 @@ from ._hub_child import (
     open_pidfd,
     read_at,
     relay_argv,
+    relay_state,
     run_main,
     send_status,
     spare,
@@ -266,12 +267,7 @@ def wait_for_exit(proc: int, pidfd: int) -> None:
             pass
         os.close(pidfd)
     else:
-        while True:
-            try:
-                if read_at(proc, "stat").rsplit(b")", 1)[1].split()[0] == b"Z":
-                    break  # exited, not yet reaped
-            except (OSError, IndexError):
-                break
+        while relay_state(proc)[1] not in (b"Z", b""):  # exited, or reaped
             time.sleep(0.005)
     os.close(proc)
 
@@ -288,10 +284,9 @@ def wait_until_idle(proc: int) -> None:
     end = time.monotonic() + IDLE_WAIT_S
     waiting = 0
     while waiting < 2 and time.monotonic() < end:
-        try:
-            state = read_at(proc, "stat").rsplit(b")", 1)[1].split()[0]
-        except (OSError, IndexError):
-            return
+        state = relay_state(proc)[1]
+        if not state:
+            return  # reaped
         waiting = 0 if state == b"R" else waiting + 1
         time.sleep(0.002)
 

@@ -294,7 +294,6 @@ class Interpreter:
                 # A child forked by the cell that ran on to here: it must never serve requests.
                 os._exit(0)
             STATE.executing = False
-            STATE.starting = False
             watchdog.disarm()
             # Now, before the daemon opens anything (the next connection) that could take a
             # descriptor the cell closed.
