@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from typing import Any
 
@@ -86,6 +87,46 @@ async def test_a_cancelled_start_ends_its_process(module_session: Any) -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not pids_carrying(token)
+
+
+def _running_in_group(group: int) -> list[int]:
+    """Host pids of the process group ``group`` that have not ended (zombies have)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                fields = handle.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if int(fields[2]) == group and fields[0] not in (b"Z", b"X"):
+            found.append(int(entry))
+    return found
+
+
+def _argv(pid: int) -> list[str]:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return handle.read().decode().split("\0")[:-1]
+
+
+async def test_terminate_returns_once_the_process_has_ended(module_session: Any) -> None:
+    # A SIGKILL is only queued: a process holding much memory takes a while to end after it,
+    # and whatever the process held must be free once aterminate has returned.
+    token = "interactive-heavy-51c2"
+    hold = f"b = bytearray({512 << 20}); print('ready', flush=True); import time; time.sleep(600)"
+    process, update = await astart_interactive(
+        module_session, ["python3", "-c", f"{hold} # {token}"], wait=0.5
+    )
+    output = update.output
+    for _ in range(100):  # each call waits its whole `wait` unless the process ends
+        if output:
+            break
+        output += (await process.afeed(b"", wait=0.2)).output
+    assert output == b"ready\n"
+    # The guest daemon's argv carries the token too: the process is the one that runs `hold`.
+    [pid] = [pid for pid in pids_carrying(token) if _argv(pid)[2:3] == [f"{hold} # {token}"]]
+    group = os.getpgid(pid)
+    await process.aterminate()
+    assert not _running_in_group(group)
 
 
 async def test_another_user_gets_its_own_process(module_session: Any) -> None:

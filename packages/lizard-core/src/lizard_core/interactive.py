@@ -19,7 +19,8 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
 - **Input** (:meth:`InteractiveProcess.afeed`) goes to the process's stdin as given; feeding a
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
-  :meth:`InteractiveProcess.aterminate` kills its process group and removes its folder (the
+  :meth:`InteractiveProcess.aterminate` kills its process group, returns once no member of it
+  still runs (2 s at most: a kill is only queued), and removes its folder (the
   daemon sees that within a second and ends too, even with output unread or the pipe held
   open by a process left behind), and doing it again is harmless. A start cancelled (or
   failed) before it returned ends its process, also when the stop reaches the sandbox before
@@ -76,6 +77,18 @@ def status_code(status):
     if os.WIFEXITED(status):
         return os.WEXITSTATUS(status)
     return 128 + os.WTERMSIG(status)
+def running(group):
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                fields = f.read().rpartition(b")")[2].split()
+        except OSError:
+            continue
+        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
 def daemon():
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -213,9 +226,15 @@ elif op == "stop":
     try:
         open(P("stop"), "wb").close()
         with open(P("pid")) as f:
-            os.killpg(int(f.read()), signal.SIGKILL)
+            group = int(f.read())
+        os.killpg(group, signal.SIGKILL)
     except (OSError, ValueError):
-        pass
+        group = None
+    # A kill is only queued: wait (2 s at most) until no member of the group still runs, so that
+    # what it held (files, ports, the CPU) is free once the stop has returned.
+    deadline = time.monotonic() + 2.0
+    while group is not None and running(group) and time.monotonic() < deadline:
+        time.sleep(0.005)
     import shutil
     shutil.rmtree(d, ignore_errors=True)
     sys.exit(0)
@@ -302,7 +321,10 @@ class InteractiveProcess:
         return await self._call("feed" if data else "poll", wait=wait, data=data)
 
     async def aterminate(self) -> None:
-        """Kill the process group and remove its folder; harmless when already done."""
+        """Kill the process group, wait until it has ended (2 s at most), and remove its folder.
+
+        Harmless when already done.
+        """
         if not self._stopped:
             await self._call("stop")
             self._stopped = True
