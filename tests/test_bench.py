@@ -88,9 +88,30 @@ def test_bad_settings_are_refused(bad: str) -> None:
 
 
 def test_repetitions_depend_on_the_kind_of_operation() -> None:
-    assert catalogue.repetitions(catalogue.operation("first_use"), 5) == 5
+    assert catalogue.repetitions(catalogue.operation("code_agent_3_steps"), 5) == 5
     assert catalogue.repetitions(catalogue.operation("stat"), 5) == 9
     assert catalogue.repetitions(catalogue.operation("probe_pooled"), 5) == 20
+    # Cold starts a target compares with each other: their medians decide it.
+    for name in ("sdk_first_use", "first_use", "executor_start", "restore", "create_setup"):
+        assert catalogue.repetitions(catalogue.operation(name), 5) == 11
+
+
+def test_operations_a_target_compares_are_measured_together() -> None:
+    names = [
+        "stat", "executor_start", "probe_pooled", "restore", "first_use", "command_true",
+        "create_setup", "sdk_first_use", "probe_new_connection",
+    ]  # fmt: skip
+    groups = catalogue.measurement_groups([catalogue.operation(n) for n in names])
+    assert [[op.name for op in group] for group in groups] == [
+        ["stat"],
+        ["executor_start", "first_use", "sdk_first_use"],  # two targets share first_use
+        ["probe_pooled", "probe_new_connection"],
+        ["restore", "create_setup"],
+        ["command_true"],
+    ]
+    for target in (*catalogue.RATIO_TARGETS, *catalogue.WIN_TARGETS):
+        both = [catalogue.operation(target.operation), catalogue.operation(target.versus)]
+        assert len(catalogue.measurement_groups(both)) == 1, target
 
 
 def test_strands_operations_run_on_our_side_only() -> None:

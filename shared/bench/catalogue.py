@@ -22,6 +22,7 @@ a sandbox and exec of ``true`` in it, the least a first use of a new sandbox can
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -46,6 +47,7 @@ __all__ = [
     "Setting",
     "SpeedTarget",
     "WinTarget",
+    "measurement_groups",
     "operation",
     "parse_settings",
     "repetitions",
@@ -196,13 +198,17 @@ QUICK_OPERATIONS: Final = (
 def repetitions(op: Operation, reps: int) -> int:
     """Timed repetitions of ``op`` for a run asked for ``reps``.
 
-    A cold operation (a new sandbox each time) gets ``reps``. A warm one is cheap and short, so
-    machine noise weighs more: it gets ``2 * reps - 1`` (9 for 5). A probe is one small request
-    compared with other probes: ``4 * reps``.
+    A cold operation (a new sandbox each time) gets ``reps``, or ``2 * reps + 1`` (11 for 5)
+    where a ratio or win target compares it with another of ours: a cold start varies by a third
+    from one repetition to the next on a small machine, and its median then decides a target. A
+    warm one is cheap and short, so machine noise weighs more: it gets ``2 * reps - 1`` (9 for
+    5). A probe is one small request compared with other probes: ``4 * reps``.
     """
     if op.kind == "probe":
         return 4 * reps
-    return reps if op.cold else 2 * reps - 1
+    if not op.cold:
+        return 2 * reps - 1
+    return 2 * reps + 1 if op.name in _compared_names() else reps
 
 
 def operation(name: str) -> Operation:
@@ -373,6 +379,39 @@ RATIO_TARGETS: Final = (
     ),
 )
 """Cold operations held close to the cold floor, and to each other."""
+
+
+def _compared_names() -> set[str]:
+    pairs = [(t.operation, t.versus) for t in (*RATIO_TARGETS, *WIN_TARGETS)]
+    return {name for pair in pairs for name in pair}
+
+
+def measurement_groups(operations: Sequence[Operation]) -> list[list[Operation]]:
+    """``operations`` in the groups a run measures together, interleaved within a repetition.
+
+    Those a ratio or win target compares share a group (and so do targets that share an
+    operation), so that a drift in machine speed between them cannot decide the target: measured
+    one after the other, minutes apart, a first use and a new executor's start were seen at 1.3×
+    and 2.0× of each other on the same machine. The probes share one; every other operation is
+    measured alone. A group stands where its first operation is.
+    """
+    links: dict[str, set[str]] = {}
+    for target in (*RATIO_TARGETS, *WIN_TARGETS):
+        joined = links.get(target.operation, {target.operation}) | links.get(
+            target.versus, {target.versus}
+        )
+        for name in joined:
+            links[name] = joined
+    groups: list[list[Operation]] = []
+    placed: dict[str, list[Operation]] = {}
+    for op in operations:
+        key = "probe" if op.kind == "probe" else min(links.get(op.name, {op.name}))
+        group = placed.get(key)
+        if group is None:
+            group = placed[key] = []
+            groups.append(group)
+        group.append(op)
+    return groups
 
 
 @dataclass(frozen=True)

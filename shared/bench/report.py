@@ -667,10 +667,12 @@ def render_page(run: Run, reading: Sequence[str], chart: str | None = None) -> s
         "",
         "lizard-local's request counters are reset before and read after every repetition. Times "
         f"are medians of {run.reps} repetitions of a cold operation (one that starts a new "
-        f"sandbox), {2 * run.reps - 1} of a warm one and {4 * run.reps} of a probe. Settings and "
-        "sides alternate within each repetition (the probes among themselves), so a drift in "
-        "machine load reaches all of them alike, and every warm operation gets one untimed "
-        "warm-up. Absolute times depend on the machine and its load; compare within a table.",
+        f"sandbox; {2 * run.reps + 1} of one that a ratio or win target below compares with "
+        f"another), {2 * run.reps - 1} of a warm one and {4 * run.reps} of a probe. Settings and "
+        "sides alternate within each repetition, and so do the operations a target compares "
+        "(the probes among themselves too), so a drift in machine load reaches all of them "
+        "alike, and every warm operation gets one untimed warm-up. Absolute times depend on the "
+        "machine and its load; compare within a table.",
         "",
         "## Machine",
         "",

@@ -14,7 +14,8 @@ through ``SSL_CERT_FILE``) and latency that adds to the work as on a real link.
 ``--latency-at lizard-local`` uses lizard-local's own TLS and latency injection instead. It then
 starts one driver per environment (``driver.py``), and for every latency setting, operation and
 repetition: prepares, resets the counters, lets the driver time the operation, reads the
-counters and cleans up. Settings and sides alternate within each repetition; warm operations get
+counters and cleans up. Settings and sides alternate within each repetition, and so do the
+operations a ratio or win target compares (``catalogue.measurement_groups``); warm operations get
 one untimed warm-up first. A third driver (``--pooled``, off by default since lizard_core pools
 its own connections) runs our packages with lizard-sdk's exec and files requests on one pooled
 client: the what-if that showed connection reuse was worth building. Host memory is measured
@@ -53,6 +54,7 @@ from catalogue import (  # noqa: E402
     SETTINGS,
     Operation,
     Setting,
+    measurement_groups,
     operation,
     parse_settings,
     repetitions,
@@ -169,7 +171,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--reps",
         type=int,
         default=None,
-        help="repetitions of a cold operation (default 5; 3 quick); warm ones get 2N-1, probes 4N",
+        help=(
+            "repetitions of a cold operation (default 5; 3 quick); one a target compares with "
+            "another gets 2N+1, a warm one 2N-1, a probe 4N"
+        ),
     )
     parser.add_argument("--ops", default=None, help="comma-separated operation names")
     parser.add_argument("--output", type=Path, default=DEFAULT_OUTPUT, help="the page to write")
@@ -354,11 +359,7 @@ class Bench:
         load (or anything that is slow early in a run) reaches every setting alike.
         """
         settings = self.run.settings
-        probes = [op for op in self.run.operations if op.kind == "probe"]
-        groups = [[op] for op in self.run.operations if op.kind != "probe"]
-        # Probes are compared with one another: interleave them too.
-        groups += [probes] if probes else []
-        for group in groups:
+        for group in measurement_groups(self.run.operations):
             pairs = [(op, side) for op in group for side in self.sides_for(op)]
             failed: set[tuple[str, str, str]] = set()
             for setting in settings:
@@ -370,7 +371,7 @@ class Bench:
             for op, side in pairs:
                 if not op.cold:
                     self._attempt(settings[0], op, side, failed, warm_up=True)
-            for rep in range(repetitions(group[0], self.args.reps)):
+            for rep in range(max(repetitions(op, self.args.reps) for op in group)):
                 for setting in settings if rep % 2 == 0 else settings[::-1]:
                     self.set_latency(setting)
                     for op, side in pairs if rep % 2 == 0 else pairs[::-1]:
