@@ -350,7 +350,7 @@ def test_destroy_during_create_waits_and_removes_the_new_sandbox(
     session = Session(sandbox_config)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         first_use = pool.submit(session.sandbox)
-        wait_for(lambda: count(lizard_counters, CREATE) == 1)
+        lizard_counters.wait_for_request(CREATE)
         session.destroy()
         with pytest.raises(SandboxGoneError, match="destroyed or closed"):
             first_use.result(timeout=30)  # it waited for the create: no sandbox being killed
@@ -398,7 +398,7 @@ def test_keep_paused_during_the_create_leaves_the_new_sandbox_paused(
     session = Session(sandbox_config)
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         waiter = pool.submit(session.sandbox if first_use == "sandbox" else session.open_ahead)
-        wait_for(lambda: count(lizard_counters, CREATE) == 1)
+        lizard_counters.wait_for_request(CREATE)
         session.keep_paused()  # the create is in flight: what it makes is kept, paused
         if first_use == "sandbox":
             with pytest.raises(SandboxGoneError, match="destroyed or closed"):
@@ -439,7 +439,7 @@ def test_destroy_during_an_open_ahead_removes_the_new_sandbox(
     lizard_counters.set_latency(300)
     session = Session(sandbox_config)
     session.open_ahead()
-    wait_for(lambda: count(lizard_counters, CREATE) == 1)
+    lizard_counters.wait_for_request(CREATE)
     session.destroy()
     assert session.sandbox_id is not None
     assert session.sandbox_id not in lizard_counters.sandboxes()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import time
 from collections.abc import Callable, Iterator
 
@@ -47,6 +48,23 @@ def test_one_connection_many_requests(lizard_counters: LocalServer):
     counters = lizard_counters.counters()
     assert counters["connections"] == 1
     assert counters["routes"] == {"GET /api/projects": 3, "GET <unmatched>": 1}
+
+
+def test_a_request_can_be_waited_for_while_its_latency_holds_it(lizard_counters: LocalServer):
+    headers = {"X-API-Key": lizard_counters.api_key}
+    with pytest.raises(TimeoutError, match="GET /api/projects"):
+        lizard_counters.wait_for_request("GET /api/projects", timeout=0.1)
+    lizard_counters.set_latency(3000)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            answer = pool.submit(httpx.get, lizard_counters.url + "/api/projects", headers=headers)
+            lizard_counters.wait_for_request("GET /api/projects", timeout=10)
+            assert not answer.done()  # arrived, and still held by its latency
+            assert answer.result(timeout=30).status_code == 200
+    finally:
+        lizard_counters.set_latency(0)
+    with pytest.raises(TimeoutError):
+        lizard_counters.wait_for_request("GET /api/projects", count=2, timeout=0.1)
 
 
 def test_latency_per_response_and_per_connection(lizard_local: LocalServer):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 from conftest import CREATE, Requests
@@ -77,17 +76,11 @@ async def test_close_during_the_first_calls_create_destroys_what_it_creates(
     lizard_local.set_latency(2000)  # every request is handled 2 s after it arrives
     try:
         first = asyncio.create_task(sandbox.execute("true"))
-        await asyncio.to_thread(_arrived, requests, CREATE)  # the create is in flight
+        # It has arrived, so it is in flight (handled 2 s later) when the close comes.
+        await asyncio.to_thread(lizard_local.wait_for_request, CREATE)
         await sandbox.aclose()
     finally:
         lizard_local.set_latency(0)
     with pytest.raises(SandboxUnavailableError):
         await first  # it waited for the create, and the session was closed meanwhile
     assert set(lizard_local.sandboxes()) == before
-
-
-def _arrived(requests: Requests, route: str) -> None:
-    deadline = time.monotonic() + 30
-    while route not in requests.counts():
-        assert time.monotonic() < deadline, f"no {route} arrived"
-        time.sleep(0.01)

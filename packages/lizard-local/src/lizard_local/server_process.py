@@ -300,6 +300,19 @@ class LocalServer:
         """Zero the counters."""
         self._call("POST", "/_local/counters/reset", {})
 
+    def wait_for_request(self, route: str, count: int = 1, timeout: float = 30.0) -> None:
+        """Return once ``count`` requests of ``route`` arrived since the counters' reset.
+
+        ``route`` as the counters name it (``"POST /api/sandboxes"``). A request counts when it
+        arrives, before any latency set by :meth:`set_latency`: with latency, it is then still
+        in flight. ``TimeoutError`` when they have not arrived within ``timeout`` seconds.
+        """
+        deadline = time.monotonic() + timeout
+        while self.counters()["routes"].get(route, 0) < count:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"{count} {route} request(s) did not arrive in {timeout:g} s")
+            time.sleep(0.01)
+
     def set_latency(self, ms: float, connection_ms: float = 0) -> None:
         """Delay every API request by ``ms``, plus ``connection_ms`` once per new connection.
 
