@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import shutil
+import subprocess
+import sys
 import uuid
 from typing import Any
 
@@ -89,6 +93,33 @@ async def test_a_cancelled_start_ends_its_process(module_session: Any) -> None:
     assert not pids_carrying(token)
 
 
+async def test_a_start_cancelled_before_its_pid_is_written_has_ended_on_return(
+    module_session: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stop can reach the folder after the process has started but before the daemon has
+    # written its pid (here held open for a second): it waits for the pid, then for the group.
+    written = 'with open(P("pid.tmp"), "w") as f:'
+    assert interactive._GUEST.count(written) == 1
+    monkeypatch.setattr(
+        interactive,
+        "_GUEST",
+        interactive._GUEST.replace(written, f"time.sleep(1)\n        {written}"),
+    )
+    token = "interactive-early-cancel-8d1e"
+    command = f"sleep 600 # {token}"
+    task = asyncio.create_task(astart_interactive(module_session, ["sh", "-c", command], wait=20))
+    for _ in range(200):
+        started = [pid for pid in pids_carrying(token) if _argv(pid) == ["sh", "-c", command]]
+        if started:
+            break
+        await asyncio.sleep(0.01)
+    group = os.getpgid(started[0])
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not _running_in_group(group)
+
+
 def _running_in_group(group: int) -> list[int]:
     """Host pids of the process group ``group`` that have not ended (zombies have)."""
     found = []
@@ -127,6 +158,39 @@ async def test_terminate_returns_once_the_process_has_ended(module_session: Any)
     group = os.getpgid(pid)
     await process.aterminate()
     assert not _running_in_group(group)
+
+
+_STOP_WITHOUT_PROC = """
+import json, os, subprocess, sys
+guest, start, stop = json.loads(sys.argv[1])
+def nobody():
+    os.setgid(65534)
+    os.setuid(65534)
+def call(request):
+    argv = ["python3", "-c", guest, json.dumps(request)]
+    return subprocess.run(argv, capture_output=True, preexec_fn=nobody).returncode
+assert call(start) == 0
+subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=000", "none", "/proc"], check=True)
+print(call(stop), os.path.isdir(start["dir"]))
+"""
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("unshare") or not shutil.which("python3"),
+    reason="hiding /proc from a stop needs root, unshare and python3",
+)
+def test_a_stop_that_cannot_read_proc_still_stops() -> None:
+    # The wait for the group is best effort: where /proc cannot be read (none mounted, or not
+    # for this user) the stop still kills the group, removes the folder and succeeds.
+    directory = f"{interactive._PREFIX}{uuid.uuid4().hex}"
+    base = {"dir": directory, "offset": 0, "budget": 1024, "wait": 0.1}
+    start = {**base, "op": "start", "argv": ["sleep", "600"], "tty": False, "timeout": 30}
+    start["backlog"] = 1024
+    request = json.dumps([interactive._GUEST, start, {**base, "op": "stop"}])
+    argv = ["unshare", "--mount", "--propagation", "private", sys.executable, "-c"]
+    done = subprocess.run([*argv, _STOP_WITHOUT_PROC, request], capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [b"0", b"False"]  # the stop succeeded and removed the folder
 
 
 async def test_another_user_gets_its_own_process(module_session: Any) -> None:

@@ -20,7 +20,8 @@ What holds (tested against lizard-local in ``tests/test_interactive.py``):
   process that has ended raises ``BrokenPipeError``.
 - **Ends.** ``timeout`` kills the process (exit code 124) that long after the start;
   :meth:`InteractiveProcess.aterminate` kills its process group, returns once no member of it
-  still runs (2 s at most: a kill is only queued), and removes its folder (the
+  still runs (2 s at most: a kill is only queued; also for a start still starting, and no wait
+  where ``/proc`` cannot be read), and removes its folder (the
   daemon sees that within a second and ends too, even with output unread or the pipe held
   open by a process left behind), and doing it again is harmless. A start cancelled (or
   failed) before it returned ends its process, also when the stop reaches the sandbox before
@@ -78,7 +79,11 @@ def status_code(status):
         return os.WEXITSTATUS(status)
     return 128 + os.WTERMSIG(status)
 def running(group):
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no /proc to read (none mounted, or hidden): nothing to wait for
+        return False
+    for entry in entries:
         if not entry.isdigit():
             continue
         try:
@@ -223,16 +228,25 @@ elif op == "stop":
         sys.exit(0)
     except FileExistsError:
         pass
+    # 2 s at most in all: for the pid of a start still starting (its daemon, seeing the stop
+    # mark once it has written the pid, kills the process itself), then for the group to end.
+    deadline = time.monotonic() + 2.0
+    group = None
     try:
         open(P("stop"), "wb").close()
-        with open(P("pid")) as f:
-            group = int(f.read())
+        while group is None:
+            try:
+                with open(P("pid")) as f:
+                    group = int(f.read())
+            except FileNotFoundError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005)
         os.killpg(group, signal.SIGKILL)
     except (OSError, ValueError):
         group = None
-    # A kill is only queued: wait (2 s at most) until no member of the group still runs, so that
-    # what it held (files, ports, the CPU) is free once the stop has returned.
-    deadline = time.monotonic() + 2.0
+    # A kill is only queued: wait until no member of the group still runs, so that what it held
+    # (files, ports, the CPU) is free once the stop has returned.
     while group is not None and running(group) and time.monotonic() < deadline:
         time.sleep(0.005)
     import shutil
