@@ -96,6 +96,30 @@ def test_repetitions_depend_on_the_kind_of_operation() -> None:
         assert catalogue.repetitions(catalogue.operation(name), 5) == 11
 
 
+def test_a_run_alternates_the_operations_a_target_compares_within_each_repetition(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    names = ["stat", "first_use", "executor_start"]
+    bench = object.__new__(run.Bench)  # the loop alone: no server, link or driver
+    bench.args = run.parse_args(["--reps", "2", "--settings", "0", "--ops", ",".join(names)])
+    bench.sides = {REF: ("python", []), OURS: ("python", [])}
+    bench.run = Run(settings=[FAST], operations=bench.args.operations, sides=[REF, OURS], reps=2)
+    calls: list[tuple[str, str]] = []
+    monkeypatch.setattr(bench, "set_latency", lambda setting: None)
+    monkeypatch.setattr(
+        bench, "_attempt", lambda setting, op, side, failed, warm_up=False: calls.append(
+            (op.name, side)
+        ),
+    )  # fmt: skip
+    bench.measure()
+    stat = [call for call in calls if call[0] == "stat"]
+    assert len(stat) == 2 * (1 + 3)  # a warm-up, then 2N-1 repetitions, on each side
+    compared = [call for call in calls if call[0] != "stat"]
+    forward = [(op, side) for op in names[1:] for side in (REF, OURS)]
+    # 2N+1 repetitions, each of every pair, in turn forward and backward.
+    assert compared == (forward + forward[::-1]) * 2 + forward
+
+
 def test_operations_a_target_compares_are_measured_together() -> None:
     names = [
         "stat", "executor_start", "probe_pooled", "restore", "first_use", "command_true",
