@@ -208,7 +208,7 @@ def repetitions(op: Operation, reps: int) -> int:
         return 4 * reps
     if not op.cold:
         return 2 * reps - 1
-    return 2 * reps + 1 if op.name in _compared_names() else reps
+    return 2 * reps + 1 if op.name in _target_links() else reps
 
 
 def operation(name: str) -> Operation:
@@ -381,9 +381,16 @@ RATIO_TARGETS: Final = (
 """Cold operations held close to the cold floor, and to each other."""
 
 
-def _compared_names() -> set[str]:
-    pairs = [(t.operation, t.versus) for t in (*RATIO_TARGETS, *WIN_TARGETS)]
-    return {name for pair in pairs for name in pair}
+def _target_links() -> dict[str, set[str]]:
+    """Each operation a ratio or win target compares -> every operation linked to it by one."""
+    links: dict[str, set[str]] = {}
+    for target in (*RATIO_TARGETS, *WIN_TARGETS):
+        joined = links.get(target.operation, {target.operation}) | links.get(
+            target.versus, {target.versus}
+        )
+        for name in joined:
+            links[name] = joined
+    return links
 
 
 def measurement_groups(operations: Sequence[Operation]) -> list[list[Operation]]:
@@ -395,13 +402,7 @@ def measurement_groups(operations: Sequence[Operation]) -> list[list[Operation]]
     and 2.0× of each other on the same machine. The probes share one; every other operation is
     measured alone. A group stands where its first operation is.
     """
-    links: dict[str, set[str]] = {}
-    for target in (*RATIO_TARGETS, *WIN_TARGETS):
-        joined = links.get(target.operation, {target.operation}) | links.get(
-            target.versus, {target.versus}
-        )
-        for name in joined:
-            links[name] = joined
+    links = _target_links()
     groups: list[list[Operation]] = []
     placed: dict[str, list[Operation]] = {}
     for op in operations:
