@@ -79,6 +79,7 @@ def status_code(status):
         return os.WEXITSTATUS(status)
     return 128 + os.WTERMSIG(status)
 def running(group):
+    wanted = str(group).encode()
     try:
         entries = os.listdir("/proc")
     except OSError:  # no /proc to read (none mounted, or hidden): nothing to wait for
@@ -91,7 +92,7 @@ def running(group):
                 fields = f.read().rpartition(b")")[2].split()
         except OSError:
             continue
-        if len(fields) > 2 and fields[2] == str(group).encode() and fields[0] not in (b"Z", b"X"):
+        if len(fields) > 2 and fields[2] == wanted and fields[0] not in (b"Z", b"X"):
             return True
     return False
 def daemon():
