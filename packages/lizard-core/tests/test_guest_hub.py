@@ -30,6 +30,7 @@ from lizard_core._guest._hub_child import STDIO
 from lizard_core._guest_relay import guest_argv
 from lizard_core.commands import run_command
 from lizard_core.config import SandboxConfig
+from lizard_core.kernel import Kernel
 from lizard_core.session import Session
 from lizard_local import LocalServer
 
@@ -82,9 +83,17 @@ def _wait_for_hub(session: Session) -> None:
 
 def test_the_hub_program_is_python_3_8_code() -> None:
     ast.parse(source("hub"), feature_version=(3, 8))
-    ast.parse(program("hub"), feature_version=(3, 8))
+    ast.parse(program("launcher"), feature_version=(3, 8))
+    # The launcher carries the hub as text, compiled where it is needed.
+    namespace: dict[str, Any] = {"__name__": "carrier"}
+    exec(program("launcher"), namespace)
+    ast.parse(namespace["HUB"], feature_version=(3, 8))
+    assert "Hub" not in namespace
+    namespace["load_hub"]()
+    assert callable(namespace["Hub"])
     # Both programs travel in every request (for the fallback), packed: less than one plain one.
-    carried = len(_guest_relay.packed(program("hub"))) + len(_guest_relay.packed(program("agent")))
+    carried = len(_guest_relay.packed(program("launcher")))
+    carried += len(_guest_relay.packed(program("agent")))
     assert carried < len(program("agent"))
 
 
@@ -272,7 +281,7 @@ def _wait_until(condition: Any, what: str, poll: float = 0.05) -> None:
 @pytest.mark.parametrize("why", ["idle", "directory-replaced"])
 def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
     """Outside any sandbox, with a hub whose limits are cut to fractions of a second."""
-    hub = program("hub").replace("CHECK_S = 5.0", "CHECK_S = 0.1")
+    hub = program("launcher").replace("CHECK_S = 5.0", "CHECK_S = 0.1")
     idle = 1.0
     if why == "idle":
         hub = hub.replace("IDLE_S = 600.0", f"IDLE_S = {idle}")
@@ -325,6 +334,148 @@ def test_a_hub_exits_when_idle_or_unreachable(tmp_path: Path, why: str) -> None:
         with contextlib.suppress(ProcessLookupError):
             if _hub_in(directory):
                 os.kill(_hub_in(directory), 9)
+
+
+_FORKS_AT_ITS_CALL = """\
+HUB_FORK = globals().get("HUB_FORK")
+import os, sys
+def children():
+    with open("/proc/self/task/%d/children" % os.getpid()) as f:
+        return len(f.read().split())
+before = children()
+if sys.argv[1] == "call":
+    HUB_FORK()
+    HUB_FORK()
+print(before, children(), HUB_FORK is not None)
+"""
+
+
+@pytest.mark.parametrize("calls", [True, False])
+def test_a_program_naming_hub_fork_has_the_hub_forked_where_it_calls_it(
+    tmp_path: Path, calls: bool
+) -> None:
+    """Outside any sandbox: the launcher leaves the hub's fork to such a program."""
+    key = "6" * 16
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    argv = [
+        "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+        _guest_relay.packed(program("launcher")), _guest_relay.packed(_FORKS_AT_ITS_CALL),
+        "call" if calls else "no",
+    ]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
+    # Nothing forked before the program ran; one go-between for the two calls, not yet reaped.
+    assert done.stdout.decode() == ("0 1 True\n" if calls else "0 0 True\n")
+    try:
+        if calls:
+            _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+        else:
+            time.sleep(1.0)  # a hub forked at all names itself within milliseconds of the call
+            assert _hub_in(directory) == 0, "a hub was forked though the program never asked"
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+    # Run by no launcher (python3 -c, a hub's child), the program finds no fork to call.
+    plain = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _FORKS_AT_ITS_CALL, "no"],
+        capture_output=True, timeout=60, check=True,
+    )  # fmt: skip
+    assert plain.stdout.decode() == "0 0 False\n"
+
+
+def test_output_buffered_before_hub_fork_is_the_first_calls_alone(tmp_path: Path) -> None:
+    key = "8" * 16
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    first = 'HUB_FORK = globals().get("HUB_FORK")\nprint("FIRST")\nHUB_FORK()\nprint("after")\n'
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+
+    def call(text: str) -> bytes:
+        argv = [
+            "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+            _guest_relay.packed(program("launcher")), _guest_relay.packed(text), "c0ffee",
+        ]  # fmt: skip
+        return subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True).stdout
+
+    assert call(first) == b"FIRST\nafter\n"  # a pipe: print buffers
+    try:
+        _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+        second = 'print(open("/proc/self/comm").read().strip(), "SECOND")\n'
+        # A hub's child runs it (named by its first argument), and writes its own output alone.
+        assert call(second) == b"c0ffee SECOND\n"
+        assert call(second) == b"c0ffee SECOND\n"
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
+_PRELOAD_PROBE = """\
+import os, subprocess, sys
+namespace = {"__name__": "probe"}
+exec(sys.argv[1], namespace)
+namespace["load_hub"]()
+child = os.fork()
+if not child:
+    if sys.argv[2] == "exited":
+        os._exit(0)
+    os.read(os.pipe()[0], 1)  # waits until killed
+while sys.argv[2] == "exited" and open("/proc/%d/stat" % child).read().split()[2] != "Z":
+    pass
+before = set(sys.modules)
+namespace["preload"](os.open("/proc/%d" % child, os.O_RDONLY), os.pidfd_open(child))
+print(sorted(set(namespace["PRELOAD"]) & (set(sys.modules) - before)))
+os.kill(child, 9)
+"""
+
+
+@pytest.mark.parametrize("launcher", ["exited", "running"])
+def test_a_hub_stops_preloading_once_its_launcher_has_exited(launcher: str) -> None:
+    """Run as the guest runs (python3 -I -S, the launcher's compact program), outside a sandbox."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _PRELOAD_PROBE, program("launcher"), launcher],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    imported = json.loads(done.stdout.replace("'", '"'))
+    if launcher == "exited":
+        assert imported == []  # it names itself first; Hub.serve imports them before a spare
+    else:
+        assert {"json", "traceback"} <= set(imported)
+
+
+def test_a_program_that_does_not_name_hub_fork_has_the_hub_forked_before_it_runs(
+    tmp_path: Path,
+) -> None:
+    key = "7" * 16
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    text = _FORKS_AT_ITS_CALL.replace('HUB_FORK = globals().get("HUB_FORK")', "HUB_FORK = None")
+    text = text.replace("HUB_FORK", "NO_FORK")
+    argv = [
+        "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+        _guest_relay.packed(program("launcher")), _guest_relay.packed(text), "no",
+    ]  # fmt: skip
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    done = subprocess.run(argv, env=env, capture_output=True, timeout=60, check=True)
+    assert done.stdout.decode() == "1 1 False\n"  # the go-between, before the program ran
+    try:
+        _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
+def test_a_new_sandboxs_first_kernel_call_starts_its_daemon_before_the_hub(
+    session: Session,
+) -> None:
+    """The kernel client forks the hub once its daemon is on its way, not before it starts."""
+    kernel = Kernel(session, name="first")
+    try:
+        assert kernel.execute("print(6 * 7)", timeout=60).stdout == "42\n"
+        daemon = int(_shell(session, 'cat "${TMPDIR:-/tmp}"/.lizard-kernel-$(id -u)/*/pid'))
+        _wait_for_hub(session)
+        hub = int(_shell(session, 'ls "$HOME/.cache/lizard-hub-$K"').split(".")[1])
+        # Pids go up (a sandbox's own pid space, far from its limit): the daemon came first.
+        assert daemon < hub
+    finally:
+        kernel.close()
 
 
 def test_the_hub_runs_under_the_oldest_local_python(old_python: str, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ control API (counters, expiry, faults) ask for ``local_server`` and are skipped 
 
 from __future__ import annotations
 
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -123,3 +124,17 @@ def third_party(backend: Backend, template: str) -> str:
         return f"import site\nsite.addsitedir({site_dir!r})\n"
     paths = sorted({str(Path(m.__file__ or "").parent.parent) for m in modules})
     return f"import sys\nsys.path.extend({paths!r})\n"
+
+
+@pytest.fixture
+def source_lookups(monkeypatch: pytest.MonkeyPatch) -> list[object]:
+    """The objects ``inspect.getsource`` is asked for from here on (it still answers)."""
+    looked_up: list[object] = []
+    getsource = inspect.getsource
+
+    def counting(obj: Any) -> str:
+        looked_up.append(obj)
+        return getsource(obj)
+
+    monkeypatch.setattr(inspect, "getsource", counting)
+    return looked_up

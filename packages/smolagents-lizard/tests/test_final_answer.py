@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import datetime
-import inspect
 import io
 import pickle
 from typing import Any
@@ -125,17 +124,10 @@ def test_a_remembered_class_source_writes_the_same_tool_code() -> None:
 
 
 def test_a_patched_class_source_is_looked_up_once_per_process(
-    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
     patched_final_answer(remembered=True)  # the first lookup
-    looked_up: list[object] = []
-    getsource = inspect.getsource
-
-    def counting(obj: Any) -> str:
-        looked_up.append(obj)
-        return getsource(obj)
-
-    monkeypatch.setattr(inspect, "getsource", counting)
+    looked_up: list[object] = request.getfixturevalue("source_lookups")
     tool = patched_final_answer(remembered=True)
     tool.to_dict()
     get_tools_definition_code({"final_answer": tool})

@@ -16,7 +16,8 @@ two programs deflated and base64 (:func:`packed`), so a call carries less than o
 - ``key`` is the hash of the relay and the hub program, so two versions never share a hub; the
   program itself always travels in the request, so a hub runs whatever version it is sent.
 
-The hub's own contract is in :mod:`lizard_core._guest.hub`.
+The hub's own contract is in :mod:`lizard_core._guest.hub`; the program ``BOOT`` runs is
+:mod:`lizard_core._guest.launcher`, which carries it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ PYTHON: Final = ("python3", "-I", "-S", "-c")
 variables, without site."""
 
 BOOT: Final = "import binascii,sys,zlib;exec(zlib.decompress(binascii.a2b_base64(sys.argv[2])))"
-"""The ``-c`` program of the launcher and the hub: the hub program travels deflated and base64."""
+"""The ``-c`` program of the launcher and the hub: the hub program (``lizard_core._guest.launcher``,
+which carries the hub) travels deflated and base64."""
 
 RELAY: Final = """\
 h=${HOME:-/root} e=0 i= r= p= q=
@@ -112,7 +114,7 @@ _NAME: Final = "lizard-guest"
 @functools.cache
 def hub_key() -> str:
     """The hub's version: the hash of the relay and the hub program (16 hex digits)."""
-    digest = hashlib.sha256(RELAY.encode() + b"\0" + program("hub").encode())
+    digest = hashlib.sha256(RELAY.encode() + b"\0" + program("launcher").encode())
     return digest.hexdigest()[:16]
 
 
@@ -124,7 +126,7 @@ def packed(program_text: str) -> str:
 
 def guest_argv(program_text: str, args: list[str]) -> list[str]:
     """The exec argv that runs ``program_text`` with ``args`` (as ``sys.argv[1:]``)."""
-    hub = packed(program("hub"))
+    hub = packed(program("launcher"))
     return ["sh", "-c", RELAY, _NAME, hub_key(), hub, packed(program_text), *args]
 
 

@@ -70,7 +70,6 @@ from smolagents_lizard._final_answer import (
     decode_final_answer,
     drop_optional_imports,
     hoisted_imports,
-    remember_class_source,
 )
 from smolagents_lizard._live_log import LiveLog
 from smolagents_lizard._outputs import (
@@ -80,6 +79,7 @@ from smolagents_lizard._outputs import (
     strip_ansi,
     value_from_bundle,
 )
+from smolagents_lizard._tool_code import patch_final_answer, tool_dict
 
 __all__ = ["LizardExecutor"]
 
@@ -361,12 +361,8 @@ class LizardExecutor(RemotePythonExecutor):  # type: ignore[misc]  # smolagents 
         final_answer = tools.get("final_answer")
         # Patch once: patching an already patched tool makes its forward call itself.
         if final_answer is not None and not hasattr(final_answer, "_forward"):
-            self._patch_final_answer_with_exception(final_answer)
-            # Both to_dict() calls (here and in get_tools_definition_code) would parse
-            # smolagents' remote_executors.py again to find the new class's source.
-            made_by = type(self)._patch_final_answer_with_exception
-            remember_class_source(type(final_answer), made_by)
-        serialized = {name: tool.to_dict() for name, tool in tools.items()}
+            patch_final_answer(self, final_answer)
+        serialized = {name: tool_dict(tool) for name, tool in tools.items()}
         # The tools serialized (so a bad one has raised, with nothing created): the sandbox is
         # created while smolagents writes their definitions again below.
         self._session.open_ahead()

@@ -11,6 +11,11 @@ program, so a program still travels as one file. A part opens with its docstring
 ``from __future__ import annotations``; what comes before that line is not bundled.
 :mod:`._prelude` holds what every program shares.
 
+A guest program may carry another as text: a top-level ``NAME = carried("other")`` becomes, in the
+compact form, that string constant holding ``other``'s compact form bundled without the parts the
+carrier has (the carrier runs it in its own globals). The launcher so carries the hub, which it
+compiles only where it needs it.
+
 Rules for a guest program, so that the compact form runs as the source does: import ``typing``
 names and use ``from __future__ import annotations`` for annotations only (both imports and every
 ``if TYPE_CHECKING:`` block are dropped); no f-strings (3.8's grammar is narrower than what
@@ -24,6 +29,7 @@ import ast
 import functools
 import re
 import threading
+from collections.abc import Callable
 from importlib import resources
 
 __all__ = ["program", "source"]
@@ -58,7 +64,30 @@ def _bundle(text: str, seen: set[str]) -> str:
 
 
 class _Compact(ast.NodeTransformer):
-    """Drop what the interpreter does not need: docstrings and type annotations."""
+    """Drop what the interpreter does not need: docstrings and type annotations.
+
+    And mark where the programs carried as text go (``carried("name")``, built by ``carry``):
+    :attr:`carried` holds them, in order, for :func:`_compact` to write as raw strings.
+    """
+
+    def __init__(self, carry: Callable[[str], str]) -> None:
+        self.carry = carry
+        self.carried: list[str] = []
+
+    def visit_Assign(self, node: ast.Assign) -> ast.Assign:
+        value = node.value
+        if (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "carried"
+            and len(value.args) == 1
+            and isinstance(value.args[0], ast.Constant)
+            and isinstance(value.args[0].value, str)
+        ):
+            self.carried.append(self.carry(value.args[0].value))
+            node.value = ast.Name(id=_carried_mark(len(self.carried) - 1), ctx=ast.Load())
+        self.generic_visit(node)
+        return node
 
     def _body(self, body: list[ast.stmt]) -> list[ast.stmt]:
         # Docstrings, those of constants and of bundled parts included: a bare string does nothing.
@@ -134,11 +163,22 @@ _BUILDING = threading.Lock()
 def program(name: str) -> str:
     """The compact form of guest program ``name``, ready to pass as ``python3 -c`` text."""
     with _BUILDING:
-        return _compact(source(name))
+        return _program(name, set())
 
 
-def _compact(text: str) -> str:
-    tree = _Compact().visit(ast.parse(text))
+def _program(name: str, seen: set[str]) -> str:
+    """The compact form of ``name``, bundled without the parts in ``seen`` (which it adds to)."""
+    text = _bundle(_read(name), seen)
+    return _compact(text, lambda carried: _program(carried, set(seen)))
+
+
+def _carried_mark(index: int) -> str:
+    return f"__lizard_carried_{index}__"
+
+
+def _compact(text: str, carry: Callable[[str], str]) -> str:
+    compact = _Compact(carry)
+    tree = compact.visit(ast.parse(text))
     text = ast.unparse(ast.fix_missing_locations(tree))
     # One space per indentation level. Safe because unparse writes every string literal on one
     # line, so leading spaces are always indentation.
@@ -146,4 +186,11 @@ def _compact(text: str) -> str:
     for line in text.splitlines():
         stripped = line.lstrip(" ")
         lines.append(" " * ((len(line) - len(stripped)) // 4) + stripped)
-    return "\n".join(lines) + "\n"
+    text = "\n".join(lines) + "\n"
+    # A carried program as a raw string, its lines as they are: smaller, deflated, than the
+    # escaped one-line literal unparse would write (it travels in every request).
+    for index, carried in enumerate(compact.carried):
+        if "'''" in carried or carried.endswith("\\"):
+            raise ValueError("a carried program cannot be written as a raw string")
+        text = text.replace(_carried_mark(index), "r'''" + carried + "'''", 1)
+    return text

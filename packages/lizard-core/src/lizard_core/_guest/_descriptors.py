@@ -1,6 +1,7 @@
 """Closing a process's descriptors: what the hub's children and the kernel daemon's start share.
 
-Part of the hub and kernel client programs (bundled into each by ``lizard_core._guest.source``).
+Part of the launcher (and so the hub's) and kernel client programs (bundled into each by
+``lizard_core._guest.source``).
 """
 
 from __future__ import annotations

@@ -20,10 +20,10 @@ when the hub dies first.
 from __future__ import annotations
 
 import os
-import sys
 from typing import TYPE_CHECKING
 
 from ._descriptors import close_from
+from ._run import open_pidfd, run_main, unpack
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List, Optional, Tuple
@@ -141,22 +141,6 @@ def context(proc: int) -> Tuple[Any, ...]:
         spaces,
         (root.st_dev, root.st_ino),
     )
-
-
-def unpack(program: bytes) -> Any:
-    """A program as it travels (deflated, base64), compiled."""
-    import binascii
-    import zlib
-
-    return compile(zlib.decompress(binascii.a2b_base64(program)), "<string>", "exec")
-
-
-def open_pidfd(pid: int) -> int:
-    """A pidfd of ``pid`` (Linux 5.3+, Python 3.9+), else -1."""
-    try:
-        return os.pidfd_open(pid)  # type: ignore[attr-defined,unused-ignore]
-    except (AttributeError, OSError):
-        return -1
 
 
 def signal_relay(relay: int, proc: int, signum: int, pidfd: int = -1) -> bool:
@@ -390,32 +374,3 @@ def attach(relay: int, proc: int, pidfd: int) -> bool:
         if current.get(key) != value:
             current[key] = value
     return True
-
-
-def run_main(code: Any, argv: List[str]) -> int:
-    """Run ``code`` as ``python -c`` runs its program; its exit code, output flushed."""
-    import builtins
-
-    sys.argv = argv
-    status = 0
-    try:
-        exec(code, {"__name__": "__main__", "__builtins__": builtins, "__doc__": None})
-    except SystemExit as stop:
-        if stop.code is None:
-            status = 0
-        elif isinstance(stop.code, int):
-            status = stop.code & 0xFF
-        else:
-            sys.stderr.write("%s\n" % (stop.code,))
-            status = 1
-    except BaseException:
-        import traceback
-
-        traceback.print_exc()
-        status = 1
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    return status

@@ -31,12 +31,12 @@ from ._hub_child import (
     WAIT_FD,
     acted,
     name,
-    open_pidfd,
     relay_argv,
     relay_state,
     signal_relay,
     waits_here,
 )
+from ._run import open_pidfd
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, List, Optional, Tuple

@@ -5,11 +5,13 @@ Standard library only, Python 3.8+, Linux ``/proc``. Every operation reaches the
 base64 (the relay and ``BOOT`` are in ``lizard_core._guest_relay``). What holds:
 
 - **Launcher** (what the relay runs when no hub answers): ``python3 -I -S -c BOOT <key> <hub>
-  <program> <args>...`` (``BOOT`` unpacks and runs this program) runs ``<program>`` in this
-  process exactly as ``python3 -I -S -c <program> <args>...`` would (``sys.argv``, ``__main__``,
-  exit code). Unless a hub runs for ``key`` or the sandbox cannot host one, it first forks the
-  hub (:func:`fork_hub`), which waits until the program is done and its output closed: the
-  same interpreter, so no Python start-up, and ready a few milliseconds after the call.
+  <program> <args>...`` (``BOOT`` unpacks and runs :mod:`.launcher`, which carries this program
+  as text) runs ``<program>`` in this process exactly as ``python3 -I -S -c <program>
+  <args>...`` would (``sys.argv``, ``__main__``, exit code). Unless a hub runs for ``key`` or
+  the sandbox cannot host one, it first forks the hub (:func:`.launcher.fork_hub`), which waits
+  until the program is done and its output closed: the same interpreter, so no Python
+  start-up, and ready a few milliseconds after the call. A program may have the hub forked at
+  a point of its own instead, as the kernel client does once its daemon is on its way.
 - **Hub** (``python3 -I -S -c BOOT <key> <hub> serve``, named ``lizard-hub``): one per sandbox,
   user and ``key`` (the hash of this program and the relay), in the user's private directory
   ``$HOME/.cache/lizard-hub-<key>`` (:func:`private_dir`: ``HOME`` and every directory below it
@@ -44,24 +46,21 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from ._descriptors import close_from
 from ._hub_child import (
     NOT_STARTED,
     WAIT_FD,
     context,
     end_relay,
     name,
-    open_pidfd,
     read_at,
     relay_argv,
     relay_state,
-    run_main,
     send_status,
     spare,
     syscall,
-    unpack,
 )
 from ._hub_queue import FIFO_FD, Queue, fork_watcher, libc, parse
+from ._run import open_pidfd, unpack
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List, Optional, Tuple
@@ -166,66 +165,17 @@ def hub_pid(directory: int) -> int:
     return 0
 
 
-# ── launcher ─────────────────────────────────────────────────────────────
+def start_hub(key: str, hub: str, codes: Dict[bytes, Any], proc: int, pidfd: int) -> None:
+    """Be the hub a launcher forked (:func:`~.launcher.fork_hub`), once its launcher has exited.
 
-
-def launch() -> None:
-    """Run the program in this process; fork a hub for later calls when none runs."""
-    key = sys.argv[1]
-    program = sys.argv[3].encode("ascii")
-    code = unpack(program)
-    forked = 0
-    try:
-        forked = fork_hub(key, sys.argv[2], {program: code})
-    except OSError:
-        pass  # no hub: later operations run here too, as before
-    del program
-    status = run_main(code, ["-c"] + sys.argv[4:])
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    if forked:
-        try:
-            os.waitpid(forked, 0)  # the go-between, long gone (not awaited before the program)
-        except OSError:
-            pass
-    os._exit(status)  # the hub waiting for this process starts now
-
-
-def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
-    """Fork the hub now; it waits, detached, until this process has exited.
-
-    Returns the pid of the go-between that detaches the hub, to reap once the program is done
-    (waiting for it now would put a scheduling round trip on the call); this process keeps no
-    descriptor of the hub's, so the program sees exactly what ``python3 -c`` would. The hub
-    exits at once where the user's hub directory is not private (:func:`private_dir`) or a hub
-    runs already.
-
-    Forked before the program runs, it holds nothing of the program's (no thread, no handler,
-    no module state): only this interpreter, started as the hub's own would be (``python3 -I -S
-    -c BOOT``), with the hub program loaded. So it costs no Python start-up and no compile, which
-    take longer than the operation; and it waits for the program to end (and its output to
-    close) before it takes requests. Only where this process may use more than one CPU does it
-    import what its children use meanwhile (:func:`preload`), on a CPU the operation leaves
-    idle. ``codes`` (the program, compiled) serve the next call of the same program. Where its
-    command line (the call's request) cannot be blanked, it starts a fresh hub instead.
+    ``proc`` and ``pidfd`` name the launcher. The hub exits at once where the user's hub
+    directory is not private (:func:`private_dir`) or a hub runs already. Only where this process
+    may use more than one CPU does it import what its children use meanwhile (:func:`preload`),
+    on a CPU the operation leaves idle. ``codes`` (the program, compiled) serve the next call of
+    the same program. Where its command line (the call's request) cannot be blanked, it starts a
+    fresh hub instead.
     """
-    launcher = os.getpid()
-    pid = os.fork()
-    if pid:
-        return pid
     try:
-        # Opened while the launcher surely lives (it reaps this process before it exits), so
-        # both name it and no other process that might take its pid later.
-        proc = os.open("/proc/%d" % launcher, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        pidfd = open_pidfd(launcher)
-        os.setsid()
-        if os.fork():
-            os._exit(0)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        close_from(3, (proc, pidfd))
         # Here rather than before the fork, off the call's path: whether this sandbox can host
         # a hub for this user and none runs yet.
         directory = private_dir(key, create=True)
@@ -239,10 +189,11 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
         blank = blank_command_line()
         if blank and len(getattr(os, "sched_getaffinity", lambda _: ())(0)) > 1:
             wait_until_idle(proc)
-            preload()
+            preload(proc, pidfd)
         wait_for_exit(proc, pidfd)
         if blank:
-            sys.argv = ["-c", key, "serve"]  # the call's request, freed
+            # The first call's argv list let go (its text stays in memory: see fork_hub).
+            sys.argv = ["-c", key, "serve"]
             resident = Hub(key)
             resident.codes.update(codes)
             if resident.claim():
@@ -270,6 +221,15 @@ def wait_for_exit(proc: int, pidfd: int) -> None:
         while relay_state(proc)[1] not in (b"Z", b""):  # exited, or reaped
             time.sleep(0.005)
     os.close(proc)
+
+
+def exited(proc: int, pidfd: int) -> bool:
+    """Whether the process of ``proc`` (and ``pidfd``, or -1) has exited, without waiting."""
+    import select
+
+    if pidfd >= 0:
+        return bool(select.select([pidfd], [], [], 0)[0])
+    return relay_state(proc)[1] in (b"Z", b"")
 
 
 def wait_until_idle(proc: int) -> None:
@@ -317,13 +277,24 @@ def blank_command_line() -> bool:
         return False
 
 
-def preload() -> None:
-    """Import what the guest programs import, and look up ``syscall``: once, for every child."""
+def preload(proc: int = -1, pidfd: int = -1) -> None:
+    """Import what the guest programs import, and look up ``syscall``: once, for every child.
+
+    Given its launcher (``proc`` and ``pidfd``, as :func:`wait_for_exit` takes them), a hub
+    forked from one stops between modules once the launcher has exited: it then names itself
+    first, since the next call may come at once (a relay that finds no hub runs the launcher,
+    which costs more than the rest of the preload), and :meth:`Hub.serve` imports the rest
+    before its first spare.
+    """
     for module in PRELOAD:
+        if proc >= 0 and exited(proc, pidfd):
+            return
         try:
             __import__(module)
         except ImportError:
             pass
+    if proc >= 0 and exited(proc, pidfd):
+        return
     syscall()
     libc()
 
@@ -601,16 +572,3 @@ class Hub:
             os.close(proc)
             if pidfd >= 0:
                 os.close(pidfd)
-
-
-def main() -> None:
-    if sys.argv[3:] == ["serve"]:
-        hub = Hub(sys.argv[1])
-        if hub.claim():
-            hub.serve()
-        os._exit(0)
-    launch()
-
-
-if __name__ == "__main__":
-    main()

@@ -86,6 +86,10 @@ from ._client_daemon import (
 from ._prelude import JOBS_ROOT, cleanup, frame_line
 
 T0 = time.monotonic()
+HUB_FORK = globals().get("HUB_FORK")
+"""The launcher's fork of the hub, where a launcher runs this program (``.launcher``): called once
+the daemon is on its way and the request read, so that in a new sandbox the daemon starts before
+the hub is compiled, and the hub's work does not compete with the daemon's start."""
 START = b'{"t":"cell"'
 FINAL = b'{"t":"end"'
 # While queued behind another request, how often to check whether its client is gone.
@@ -442,6 +446,10 @@ def main() -> None:
     request_args(req, named)
     req["call"] = "".join(c for c in sys.argv[1] if c.isalnum())[:64] or str(os.getpid())
     cleanup(req.get("rm"))
+    if HUB_FORK is not None:
+        # Now that this process has little left to do but wait: the hub compiles and preloads
+        # on the CPU it leaves, not on the one a starting daemon needs.
+        HUB_FORK()
     op = req.get("op")
     try:
         directory = directory or kernel_dir(str(req["key"]))
