@@ -29,8 +29,25 @@ from smolagents_lizard._final_answer import remember_class_source
 KEPT: Final = 64
 """Patched classes kept, and ``to_dict()`` results."""
 
-_PATCHED: OrderedDict[tuple[object, ...], type] = OrderedDict()
-_DICTS: OrderedDict[tuple[object, ...], dict[str, Any]] = OrderedDict()
+
+class _Kept(OrderedDict[tuple[object, ...], Any]):
+    """At most :data:`KEPT` entries, the least recently used dropped first; callers hold _LOCK."""
+
+    def take(self, key: tuple[object, ...]) -> Any:
+        """The entry for ``key`` (now the most recently used), or None."""
+        found = self.get(key)
+        if found is not None:
+            self.move_to_end(key)
+        return found
+
+    def keep(self, key: tuple[object, ...], value: Any) -> None:
+        self[key] = value
+        while len(self) > KEPT:
+            self.popitem(last=False)
+
+
+_PATCHED = _Kept()
+_DICTS = _Kept()
 _LOCK = threading.Lock()
 
 
@@ -38,27 +55,22 @@ def patch_final_answer(executor: RemotePythonExecutor, tool: Tool) -> None:
     """Smolagents' patch of ``tool`` for ``executor``, its class made once per tool class."""
     made_by = type(executor)._patch_final_answer_with_exception
     cls = type(tool)
-    if "forward" in vars(tool):
-        # A forward of the instance's own, which smolagents' patch takes: made afresh.
-        executor._patch_final_answer_with_exception(tool)
-        remember_class_source(type(tool), made_by)
-        return
-    key = (cls, getattr(cls, "forward", None), executor.allow_pickle, made_by)
-    with _LOCK:
-        patched = _PATCHED.get(key)
+    # A forward of the instance's own, which smolagents' patch takes, is patched afresh.
+    key = None
+    if "forward" not in vars(tool):
+        key = (cls, getattr(cls, "forward", None), executor.allow_pickle, made_by)
+        with _LOCK:
+            patched = _PATCHED.take(key)
         if patched is not None:
-            _PATCHED.move_to_end(key)
-    if patched is not None:
-        tool.__class__ = patched
-        return
+            tool.__class__ = patched
+            return
     executor._patch_final_answer_with_exception(tool)
     # Both to_dict() calls (before the create, and in get_tools_definition_code) would parse
     # smolagents' remote_executors.py again to find the new class's source.
     remember_class_source(type(tool), made_by)
-    with _LOCK:
-        _PATCHED[key] = type(tool)
-        while len(_PATCHED) > KEPT:
-            _PATCHED.popitem(last=False)
+    if key is not None:
+        with _LOCK:
+            _PATCHED.keep(key, type(tool))
 
 
 def tool_dict(tool: Tool) -> dict[str, Any]:
@@ -70,13 +82,9 @@ def tool_dict(tool: Tool) -> dict[str, Any]:
         return tool.to_dict()  # type: ignore[no-any-return]  # smolagents is untyped
     key = (cls, tool.name, repr(getattr(tool, "output_schema", None)))
     with _LOCK:
-        made = _DICTS.get(key)
-        if made is not None:
-            _DICTS.move_to_end(key)
+        made = _DICTS.take(key)
     if made is None:
         made = tool.to_dict()
         with _LOCK:
-            _DICTS[key] = copy.deepcopy(made)  # not the tool's own output_schema object
-            while len(_DICTS) > KEPT:
-                _DICTS.popitem(last=False)
+            _DICTS.keep(key, copy.deepcopy(made))  # not the tool's own output_schema object
     return copy.deepcopy(made)

@@ -115,7 +115,8 @@ def fork_hub(key: str, hub: str, codes: Dict[bytes, Any]) -> int:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):
             os.dup2(null, fd)
-        close_from(3, (proc, pidfd))
+        if null > 2:
+            os.close(null)  # nothing else is open here but proc and pidfd
         # Output the program buffered before it forked the hub is the launcher's to write: here
         # it goes to /dev/null, not into the first call the hub serves.
         for stream in (sys.stdout, sys.stderr):
