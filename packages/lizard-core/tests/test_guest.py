@@ -53,6 +53,23 @@ def test_the_program_is_python_3_8_code_in_both_forms() -> None:
     assert len(compact) < 20 * 1024  # 2 KiB of it start a command without Popen (_agent_spawn)
 
 
+def test_a_part_break_ends_a_part_at_the_top_level_only() -> None:
+    from lizard_core._guest import PART_BREAK, _compact
+
+    def carry(name: str) -> str:
+        raise AssertionError(name)
+
+    text = _compact("x = 1\npart_break()\nprint(x + 1)\n", carry)
+    assert text.split(PART_BREAK) == ["x = 1", "print(x + 1)\n"]
+    for misplaced in ("part_break()\nx = 1\n", "def f():\n    part_break()\n"):
+        with pytest.raises(ValueError, match="top level"):
+            _compact(misplaced, carry)
+    # The kernel client starts the daemon's Python in its small first part.
+    first, rest = program("kernel_client").split(PART_BREAK)
+    assert "start_early(sys.argv)" in first
+    assert len(first) < 0.5 * len(rest)
+
+
 def test_a_wait_status_reads_as_popen_returncode() -> None:
     # The part the agent and the kernel client share, against the standard library's own
     # reading (Python 3.9+) of every status an exit or a signal (with a core dump or not) gives.

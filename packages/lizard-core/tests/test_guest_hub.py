@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from lizard_core import _guest_relay
-from lizard_core._guest import program, source
+from lizard_core._guest import PART_BREAK, program, source
 from lizard_core._guest._hub_child import STDIO
 from lizard_core._guest_relay import guest_argv
 from lizard_core.commands import run_command
@@ -408,6 +408,42 @@ def test_output_buffered_before_hub_fork_is_the_first_calls_alone(tmp_path: Path
             os.kill(_hub_in(directory), 9)
 
 
+_FIRST = 'import sys\nprint("first", flush=True)'
+_IN_PARTS = _FIRST + PART_BREAK + 'print("second", open("/proc/self/comm").read().strip())\n'
+
+
+def test_a_program_in_parts_runs_each_part_before_the_next_is_compiled(tmp_path: Path) -> None:
+    key = "5" * 16
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+
+    def call(text: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [
+            "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+            _guest_relay.packed(program("launcher")), _guest_relay.packed(text), "c0ffee",
+        ]  # fmt: skip
+        return subprocess.run(argv, env=env, capture_output=True, timeout=60)
+
+    assert _guest_relay.packed(_IN_PARTS).count(".") == 1
+    broken = call(_FIRST + PART_BREAK + "print(\n")
+    # The first part ran before the second failed to compile; as one text, nothing would.
+    assert (broken.returncode, broken.stdout) == (1, b"first\n")
+    assert b"SyntaxError" in broken.stderr
+    whole = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _FIRST + PART_BREAK + "print(\n"], capture_output=True
+    )
+    assert (whole.returncode, whole.stdout) == (1, b"")
+    try:
+        _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+        # Both parts, in one namespace, whether the launcher or a hub's child runs them.
+        first = call(_IN_PARTS).stdout
+        assert first in (b"first\nsecond python3\n", b"first\nsecond c0ffee\n")
+        _wait_until(lambda: call(_IN_PARTS).stdout == b"first\nsecond c0ffee\n", "no hub child")
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
 _PRELOAD_PROBE = """\
 import os, subprocess, sys
 namespace = {"__name__": "probe"}
@@ -441,6 +477,39 @@ def test_a_hub_stops_preloading_once_its_launcher_has_exited(launcher: str) -> N
         assert {"json", "traceback"} <= set(imported)
 
 
+def test_a_hubs_first_spare_comes_before_its_preload_and_a_later_one_has_it_all(
+    tmp_path: Path,
+) -> None:
+    """A hub whose launcher exited before it preloaded: a spare at once, the modules while idle."""
+    key = "4" * 16
+    directory = tmp_path / ".cache" / f"lizard-hub-{key}"
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path)}
+    # Exits at once: the hub it forked names itself before it preloaded anything.
+    text = (
+        'HUB_FORK = globals().get("HUB_FORK")\nif HUB_FORK:\n    HUB_FORK()\nimport sys\n'
+        'print(sorted({"shutil", "subprocess", "traceback"} & set(sys.modules)))\n'
+    )
+
+    def call() -> str:
+        argv = [
+            "sh", "-c", _guest_relay.RELAY, "lizard-guest", key,
+            _guest_relay.packed(program("launcher")), _guest_relay.packed(text), "probe",
+        ]  # fmt: skip
+        done = subprocess.run(argv, env=env, capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+    assert call() == "[]\n"
+    try:
+        _wait_until(lambda: _hub_in(directory) > 0, "no hub started")
+        time.sleep(1.0)  # idle: the hub imports the rest within milliseconds
+        # The first call the hub serves: by a spare forked once the hub had imported them all.
+        assert call() == "['shutil', 'subprocess', 'traceback']\n"
+    finally:
+        if _hub_in(directory):
+            os.kill(_hub_in(directory), 9)
+
+
 def test_a_program_that_does_not_name_hub_fork_has_the_hub_forked_before_it_runs(
     tmp_path: Path,
 ) -> None:
@@ -469,7 +538,8 @@ def test_a_new_sandboxs_first_kernel_call_starts_its_daemon_before_the_hub(
     kernel = Kernel(session, name="first")
     try:
         assert kernel.execute("print(6 * 7)", timeout=60).stdout == "42\n"
-        daemon = int(_shell(session, 'cat "${TMPDIR:-/tmp}"/.lizard-kernel-$(id -u)/*/pid'))
+        pid_file = 'cat "${TMPDIR:-/tmp}"/.lizard-kernel-$(id -u)/*/pid'
+        daemon = int(_shell(session, pid_file).split()[0])  # pid, start time
         _wait_for_hub(session)
         hub = int(_shell(session, 'ls "$HOME/.cache/lizard-hub-$K"').split(".")[1])
         # Pids go up (a sandbox's own pid space, far from its limit): the daemon came first.

@@ -97,7 +97,7 @@ class GuestKernel:
         )
 
     def daemon_pid(self) -> int:
-        return int((self.directory / "pid").read_text())
+        return int((self.directory / "pid").read_text().split()[0])  # pid, start time
 
     def close(self) -> None:
         self.request("close")
@@ -150,7 +150,7 @@ def kernel(short_tmp: str) -> Iterator[GuestKernel]:
     guest = GuestKernel(short_tmp)
     yield guest
     pid_file = guest.directory / "pid"
-    pid = int(pid_file.read_text()) if pid_file.exists() else None
+    pid = guest.daemon_pid() if pid_file.exists() else None
     guest.close()
     if pid is not None:
         assert not _alive(pid), "close() left the daemon running"
@@ -194,6 +194,148 @@ def test_first_execute_starts_the_daemon_and_later_ones_reuse_it(kernel: GuestKe
     assert "spawned" not in [f["t"] for f in second.frames]
     assert second.kernel == first.kernel
     assert (first.end["n"], second.end["n"]) == (1, 2)
+
+
+def test_first_calls_at_once_make_one_daemon_and_their_other_pythons_exit(
+    kernel: GuestKernel,
+) -> None:
+    """Each call that finds no daemon starts the daemon's Python ahead of its own compile.
+
+    Only the one that takes the start lock makes its Python the daemon; the others connect to
+    it, and the Pythons they started exit having run nothing of the daemon's.
+    """
+    calls = [kernel.popen("import os\nprint(os.getpid())") for _ in range(4)]
+    outputs = [call.communicate(timeout=60)[0] for call in calls]
+    frames = [[json.loads(line) for line in out.splitlines()] for out in outputs]
+    printed = {Outcome(f).stdout for f in frames}
+    daemon = kernel.daemon_pid()
+    assert printed == {f"{daemon}\n"}
+    assert sum("spawned" in [frame["t"] for frame in f] for f in frames) == 1
+
+    def pythons() -> set[int]:
+        found = set()
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if entry.isdigit() and str(kernel.directory).encode() in argv and _alive(int(entry)):
+                found.add(int(entry))
+        return found
+
+    deadline = time.monotonic() + 15
+    while pythons() != {daemon} and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pythons() == {daemon}
+
+
+def _held_while_early(guest: GuestKernel) -> tuple[int, subprocess.Popen[bytes], int]:
+    """A first execute held at the start lock, once its daemon's Python has started early.
+
+    Returns the lock's descriptor (closing it lets the call go on), the call and that Python.
+    """
+    import fcntl
+
+    guest.directory.parent.mkdir(mode=0o700)
+    guest.directory.mkdir(mode=0o700)
+    lock = os.open(guest.directory / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    call = guest.popen("import os\nprint(os.getpid())")
+
+    def early() -> int:
+        for entry in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except (OSError, ValueError):
+                continue
+            if str(guest.directory).encode() in argv and argv[1:2] == [b"-c"]:
+                return int(entry)
+        return 0
+
+    deadline = time.monotonic() + 30
+    while not early() and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert early(), "no daemon's Python was started early"
+    return lock, call, early()
+
+
+def _outcome(call: subprocess.Popen[bytes]) -> Outcome:
+    return Outcome([json.loads(line) for line in call.communicate(timeout=60)[0].splitlines()])
+
+
+def test_a_kernel_directory_made_anew_meanwhile_gets_a_daemon_of_its_own(
+    kernel: GuestKernel,
+) -> None:
+    """A ``close`` removed the directory the early Python logs to: it is not made the daemon."""
+    lock, call, early = _held_while_early(kernel)
+    shutil.rmtree(kernel.directory)
+    os.close(lock)
+    daemon = int(_outcome(call).stdout)
+    assert daemon != early
+    assert daemon == kernel.daemon_pid()
+    opened = {os.readlink(f"/proc/{daemon}/fd/{fd}") for fd in os.listdir(f"/proc/{daemon}/fd")}
+    # Its log (its first stderr, kept for fault dumps) is the directory's, not a removed one's.
+    assert {path for path in opened if "daemon.log" in path} == {
+        str(kernel.directory / "daemon.log")
+    }
+
+
+@pytest.mark.parametrize("recorded", ["with its start time", "as older clients wrote it"])
+def test_a_stale_pid_file_naming_the_early_python_neither_stops_nor_loses_the_call(
+    kernel: GuestKernel, recorded: str
+) -> None:
+    """After a restore pids start again from 1: a pid file from before may name the early Python.
+
+    With the start time recorded, it is not taken for the daemon (an interrupt finds none); in
+    the old format it is, and the early Python ignores the interrupt until it is the daemon.
+    """
+    lock, call, early = _held_while_early(kernel)
+    stale = f"{early} 1\n" if recorded == "with its start time" else f"{early}\n"
+    (kernel.directory / "pid").write_text(stale)
+    interrupted = kernel.request("interrupt")[-1]
+    os.close(lock)
+    out = _outcome(call)
+    assert out.error is None
+    assert int(out.stdout) == kernel.daemon_pid()
+    assert int(out.stdout) == early
+    assert interrupted["running"] is (recorded != "with its start time")
+    assert kernel.execute("2").value == {"text/plain": "2"}
+
+
+def _loader(tmp_path: Path, said: bytes) -> subprocess.CompletedProcess[bytes]:
+    """A Python started as the client starts the daemon's, told ``said`` on its code pipe."""
+    from lizard_core._guest._client_spawn import LOADER
+
+    script = tmp_path / "daemon.py"
+    script.write_text("import sys\nprint('ran', __file__ == sys.argv[0], sys.argv[1:])\n")
+    code_r, code_w = os.pipe()
+    os.write(code_w, said)
+    os.close(code_w)
+    try:
+        argv = [sys.executable, "-c", LOADER, str(script), "DIR", "CWD", str(code_r)]
+        return subprocess.run(argv, capture_output=True, timeout=60, pass_fds=(code_r,))
+    finally:
+        os.close(code_r)
+
+
+def test_a_daemons_python_not_taken_exits_having_run_nothing(tmp_path: Path) -> None:
+    done = _loader(tmp_path, b"")
+    assert (done.returncode, done.stdout, done.stderr) == (0, b"", b"")
+
+
+@pytest.mark.parametrize("sent", ["nothing", "code", "a broken code"])
+def test_a_daemons_python_taken_runs_the_file_as_python_would(tmp_path: Path, sent: str) -> None:
+    """Told ``G``: the code the client compiled, else (none, or unreadable) the file itself."""
+    import marshal
+
+    text = "import sys\nprint('ran', __file__ == sys.argv[0], sys.argv[1:])\n"
+    code = marshal.dumps(compile(text, str(tmp_path / "daemon.py"), "exec"))
+    said = {"nothing": b"G", "code": b"G" + code, "a broken code": b"G" + code[:9]}[sent]
+    done = _loader(tmp_path, said)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == b"ran True ['DIR', 'CWD']\n"
 
 
 def test_a_new_kernel_listens_without_the_python_layers_it_does_not_need(
@@ -348,11 +490,14 @@ def test_the_daemons_own_imports_ignore_modules_in_the_working_directory(
     work = Path(short_tmp) / "shared"
     work.mkdir()
     marker = work / "planted-ran"
-    (work / "ast.py").write_text(f"open({str(marker)!r}, 'w').close()\nraise ImportError\n")
+    # Those the daemon's Python imports before it is the daemon, too, and what they import.
+    for name in ("ast", "json", "linecache", "threading", "warnings", "select", "re", "enum"):
+        plant = f"open({str(marker)!r}, 'a').write({name!r} + ' ')\nraise ImportError\n"
+        (work / f"{name}.py").write_text(plant)
     guest = GuestKernel(short_tmp)
     try:
         out = Outcome(guest.request("execute", {"op": "execute", "code": "1"}, cwd=str(work)))
-        assert not marker.exists()
+        assert not marker.exists(), marker.read_text()
         assert out.error is None
     finally:
         guest.close()

@@ -28,7 +28,7 @@ import hashlib
 import zlib
 from typing import Final
 
-from lizard_core._guest import program
+from lizard_core._guest import PART_BREAK, program
 
 __all__ = ["BOOT", "PYTHON", "RELAY", "guest_argv", "hub_key", "overhead", "packed"]
 
@@ -114,14 +114,23 @@ _NAME: Final = "lizard-guest"
 @functools.cache
 def hub_key() -> str:
     """The hub's version: the hash of the relay and the hub program (16 hex digits)."""
+    if PART_BREAK in program("launcher"):
+        raise ValueError("BOOT runs the launcher as one part")
     digest = hashlib.sha256(RELAY.encode() + b"\0" + program("launcher").encode())
     return digest.hexdigest()[:16]
 
 
 @functools.lru_cache(maxsize=8)
 def packed(program_text: str) -> str:
-    """``program_text`` as it travels: deflated, base64 (about a third of its size)."""
-    return base64.b64encode(zlib.compress(program_text.encode(), 9)).decode("ascii")
+    """``program_text`` as it travels: deflated, base64 (about a third of its size).
+
+    Each of its parts (``lizard_core._guest.PART_BREAK``) on its own, joined by ``.``, which
+    base64 never writes: the launcher compiles a part only once those before it have run.
+    """
+    return ".".join(
+        base64.b64encode(zlib.compress(part.encode(), 9)).decode("ascii")
+        for part in program_text.split(PART_BREAK)
+    )
 
 
 def guest_argv(program_text: str, args: list[str]) -> list[str]:

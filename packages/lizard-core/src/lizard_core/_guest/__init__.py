@@ -16,6 +16,12 @@ compact form, that string constant holding ``other``'s compact form bundled with
 carrier has (the carrier runs it in its own globals). The launcher so carries the hub, which it
 compiles only where it needs it.
 
+A guest program may travel in parts: a top-level ``part_break()`` statement ends one, written as
+the line :data:`PART_BREAK` in the compact form, where ``lizard_core._guest_relay.packed`` splits
+it. The launcher compiles each part only once those before it have run (``._run``), so a first
+part can set slow work going (the kernel client starts the daemon's Python) before the rest of the
+program is compiled. As one text (``python3 -c``) it runs the same.
+
 Rules for a guest program, so that the compact form runs as the source does: import ``typing``
 names and use ``from __future__ import annotations`` for annotations only (both imports and every
 ``if TYPE_CHECKING:`` block are dropped); no f-strings (3.8's grammar is narrower than what
@@ -32,7 +38,11 @@ import threading
 from collections.abc import Callable
 from importlib import resources
 
-__all__ = ["program", "source"]
+__all__ = ["PART_BREAK", "program", "source"]
+
+PART_BREAK = "\n#part\n"
+"""The line that ends one part of a compact program (``part_break()`` in its source)."""
+_PART_MARK = "__lizard_part_break__"
 
 
 _PART = re.compile(r"^from \.(_\w+) import (?:\([^)]*\)|[^\n]*)\n", re.MULTILINE)
@@ -103,7 +113,10 @@ class _Compact(ast.NodeTransformer):
         return body or [ast.Pass()]
 
     def visit_Module(self, node: ast.Module) -> ast.Module:
-        node.body = self._body(node.body)
+        node.body = [
+            ast.Expr(ast.Name(id=_PART_MARK, ctx=ast.Load())) if _is_part_break(s) else s
+            for s in self._body(node.body)
+        ]
         self.generic_visit(node)
         # Bundled parts import what the program already has: once is enough.
         seen: set[str] = set()
@@ -153,6 +166,16 @@ class _Compact(ast.NodeTransformer):
         return node
 
 
+def _is_part_break(statement: ast.stmt) -> bool:
+    return (
+        isinstance(statement, ast.Expr)
+        and isinstance(statement.value, ast.Call)
+        and isinstance(statement.value.func, ast.Name)
+        and statement.value.func.id == "part_break"
+        and not statement.value.args
+    )
+
+
 # CPython 3.11's AST constructor keeps a recursion counter that threads share, so building two
 # programs at once can fail with "AST constructor recursion depth mismatch" (seen with four
 # executors starting together): programs are built one at a time.
@@ -179,6 +202,8 @@ def _carried_mark(index: int) -> str:
 def _compact(text: str, carry: Callable[[str], str]) -> str:
     compact = _Compact(carry)
     tree = compact.visit(ast.parse(text))
+    if any(_is_part_break(ast.Expr(node)) for node in ast.walk(tree) if isinstance(node, ast.Call)):
+        raise ValueError("part_break() belongs at the top level, after the first statement")
     text = ast.unparse(ast.fix_missing_locations(tree))
     # One space per indentation level. Safe because unparse writes every string literal on one
     # line, so leading spaces are always indentation.
@@ -187,10 +212,15 @@ def _compact(text: str, carry: Callable[[str], str]) -> str:
         stripped = line.lstrip(" ")
         lines.append(" " * ((len(line) - len(stripped)) // 4) + stripped)
     text = "\n".join(lines) + "\n"
+    text = text.replace("\n%s\n" % _PART_MARK, PART_BREAK)
+    if _PART_MARK in text:
+        raise ValueError("part_break() belongs at the top level, after the first statement")
     # A carried program as a raw string, its lines as they are: smaller, deflated, than the
     # escaped one-line literal unparse would write (it travels in every request).
     for index, carried in enumerate(compact.carried):
         if "'''" in carried or carried.endswith("\\"):
             raise ValueError("a carried program cannot be written as a raw string")
+        if PART_BREAK in carried:
+            raise ValueError("a carried program travels in one part")
         text = text.replace(_carried_mark(index), "r'''" + carried + "'''", 1)
     return text

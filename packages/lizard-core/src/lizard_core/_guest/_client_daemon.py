@@ -2,7 +2,8 @@
 
 Part of the kernel client program (bundled into it by ``lizard_core._guest.source``).
 
-- The daemon's directory is private (0700, ours, not a symlink) or :class:`Refused`.
+- The daemon's directory is private (0700, ours, not a symlink) or :class:`Refused`
+  (``._client_spawn``, which also starts the daemon's Python).
 - Starting and stopping the daemon is serialised between clients by :class:`StartLock`.
 - A daemon runs the version the host sent (its source's hash names the file); without that
   source at hand the client asks for it (:class:`NeedSource`).
@@ -18,11 +19,17 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from ._descriptors import close_from
+from ._client_spawn import (
+    Early,
+    Refused,
+    daemon_file,
+    start_python,
+    start_time,
+)
 from ._wait_status import returncode
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
-    from typing import List, Optional, Tuple
+    from typing import Optional
 
     from ._prelude import Frame
 
@@ -30,53 +37,6 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 SIGINT = 2
 SIGKILL = 9
 """Signal numbers (the same on every Linux architecture): ``signal`` would import ``enum``."""
-
-
-class Refused(Exception):
-    pass
-
-
-def private_dir(path: str) -> str:
-    """Create ``path`` 0700 if missing; refuse it unless it is our own private real directory."""
-    try:
-        os.mkdir(path, 0o700)
-    except FileExistsError:
-        pass
-    st = os.lstat(path)
-    if not os.path.isdir(path) or os.path.islink(path):
-        raise Refused("%s is not a directory" % path)
-    if st.st_uid != os.getuid() or st.st_mode & 0o077:
-        raise Refused("%s is not private to uid %d" % (path, os.getuid()))
-    return path
-
-
-def kernel_dir(key: str) -> str:
-    if not key or "/" in key or key in (".", ".."):
-        raise Refused("bad kernel key %r" % (key,))
-    root = os.environ.get("TMPDIR") or "/tmp"
-    base = private_dir(os.path.join(root, ".lizard-kernel-%d" % os.getuid()))
-    return private_dir(os.path.join(base, key))
-
-
-def read_pid(directory: str) -> int:
-    try:
-        with open(os.path.join(directory, "pid")) as f:
-            pid = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 0
-    return pid if is_daemon(pid, directory) else 0
-
-
-def is_daemon(pid: int, directory: str) -> bool:
-    """True when ``pid`` is alive and is this directory's daemon (pids get reused)."""
-    try:
-        with open("/proc/%d/cmdline" % pid, "rb") as f:
-            argv = f.read().split(b"\0")
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            state = f.read().rsplit(b")", 1)[-1].split()[0]
-    except OSError:
-        return False
-    return state != b"Z" and directory.encode() in argv
 
 
 def alive(pid: int) -> bool:
@@ -166,8 +126,7 @@ class StartLock:
 
 
 def daemon_name(req: Frame) -> str:
-    sha = "".join(c for c in str(req.get("daemon_sha") or "") if c.isalnum())[:16]
-    return "kernel_daemon-%s.py" % sha
+    return daemon_file(str(req.get("daemon_sha") or ""))
 
 
 def daemon_path(directory: str, req: Frame) -> Optional[str]:
@@ -211,10 +170,14 @@ def start_daemon(directory: str, req: Frame) -> _socket.socket:
     return spawn_daemon(directory, req).connection(req)
 
 
-def spawn_daemon(directory: str, req: Frame, lock: Optional[StartLock] = None) -> Starting:
+def spawn_daemon(
+    directory: str, req: Frame, lock: Optional[StartLock] = None, early: Optional[Early] = None
+) -> Starting:
     """Start a daemon (the lock is held) and return at once: :meth:`Starting.connection` waits.
 
-    ``lock``, when given, is released once the daemon listens or failed to start.
+    ``lock``, when given, is released once the daemon listens or failed to start. ``early``: a
+    daemon's Python this call started ahead (:func:`~._client_spawn.start_early`), taken where
+    it was started for this daemon, else let go.
     """
     try:
         path = daemon_path(directory, req)
@@ -222,8 +185,6 @@ def spawn_daemon(directory: str, req: Frame, lock: Optional[StartLock] = None) -
             raise NeedSource()
         path = os.path.abspath(path)  # the daemon's __file__, and its code's file name
         cwd = req.get("cwd") or ""
-        if cwd:
-            os.makedirs(cwd, exist_ok=True)
         for name in ("sock", "pid", "busy"):
             try:
                 os.unlink(os.path.join(directory, name))
@@ -232,83 +193,39 @@ def spawn_daemon(directory: str, req: Frame, lock: Optional[StartLock] = None) -
         log_path = os.path.join(directory, "daemon.log")
         try:
             if os.path.getsize(log_path) > 8 * 1024 * 1024:
-                os.unlink(log_path)
+                os.truncate(log_path, 0)  # an early Python has it open already (O_APPEND)
         except OSError:
             pass
-        log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        # The daemon writes one byte to ``ready`` once it listens (and the pair reads as ended
-        # if it dies first): waiting on it costs no polling delay, which would add up to 20 ms.
-        ready, theirs = _socket.socketpair()
-        code_in, code_out = os.pipe()
-        try:
-            keep = (theirs.fileno(), code_in)
-            argv = [sys.executable, "-c", LOADER, path, directory, cwd] + [str(fd) for fd in keep]
-            pid = spawn(argv, log, keep, cwd)
-        except BaseException:
-            ready.close()
-            os.close(code_out)
-            raise
-        finally:
-            os.close(log)
-            theirs.close()
-            os.close(code_in)
+        python = early
+        if python is None or not (python.fits(directory, path, cwd) and alive(python.pid)):
+            if python is not None:
+                python.drop()
+            python = start_python(directory, path, cwd)
         try:
             with open(os.path.join(directory, "pid"), "w") as f:
-                f.write("%d\n" % pid)
+                f.write("%d %s\n" % (python.pid, start_time(python.pid)))
         except BaseException:
-            # Unrecorded, it would wait on the code pipe and later take the next one's socket.
-            ready.close()
-            os.close(code_out)
-            kill_daemon(pid)
+            # Unrecorded, it must not become the daemon.
+            python.drop()
+            kill_daemon(python.pid)
             raise
-        send_code(code_out, path)
+        send_code(python.code, path)
+        python.code = -1
     except BaseException:
         if lock is not None:
             lock.__exit__()
         raise
-    return Starting(directory, pid, ready, lock)
-
-
-LOADER = """\
-def load():
-    import marshal, os, sys
-    fd = int(sys.argv.pop())
-    chunks = []
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(fd)
-    sys.argv = sys.argv[1:]
-    path = sys.argv[0]
-    sys.modules["__main__"].__file__ = path
-    # As for ``python3 <file>``: -c put the working directory (maybe a shared one) first.
-    if sys.path and sys.path[0] == "":
-        sys.path[0] = os.path.dirname(path)
-    try:
-        return marshal.loads(b"".join(chunks))
-    except Exception:
-        with open(path, "rb") as f:
-            return compile(f.read(), path, "exec", dont_inherit=True)
-code = load()
-del load
-exec(code)
-"""
-"""How the daemon starts: ``python3 -c LOADER <file> DIR CWD READY CODE`` runs the daemon's
-file as ``python3 <file> DIR CWD READY`` would, from the code object the client compiled and
-sends through the pipe ``CODE`` while this Python starts (about 10 ms of each, side by side, in
-a new sandbox); when nothing comes (the client failed or is gone), it compiles the file itself.
-"""
+    return Starting(directory, python.pid, python.ready, lock)
 
 
 def send_code(fd: int, path: str) -> None:
-    """Compile the daemon's file and write its code (marshal) to the pipe ``fd``, then close it.
+    """Make the Python of pipe ``fd`` the daemon: ``G``, then the file's code (marshal); close.
 
-    Where this process may use one CPU only, or on any failure, it only closes the pipe: the
-    daemon then compiles the file itself.
+    Where this process may use one CPU only, or on any failure, it sends ``G`` alone: the
+    daemon then compiles the file itself (:data:`~._client_spawn.LOADER`).
     """
     try:
+        os.write(fd, b"G")  # first, so that a client failing from here on still starts it
         if len(getattr(os, "sched_getaffinity", lambda _: ())(0)) < 2:
             return  # one CPU: nothing would run side by side
         import fcntl
@@ -327,43 +244,6 @@ def send_code(fd: int, path: str) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def spawn(argv: List[str], log: int, keep: Tuple[int, ...], cwd: str) -> int:
-    """Fork and exec ``argv`` in a new session; its pid.
-
-    What ``subprocess.Popen(start_new_session=True, close_fds=True)`` would do: stdin from
-    ``/dev/null``, stdout and stderr to ``log``, no descriptor but ``keep`` beyond them, in
-    ``cwd``. By hand, since importing ``subprocess`` costs more than this whole start in a new
-    sandbox (the kernel client runs there before any hub has it imported). A failure in the
-    child (a missing interpreter, an unusable ``cwd``) goes to ``log``, and the child exits
-    127, which the caller reads as a daemon that exited while starting.
-    """
-    null = os.open(os.devnull, os.O_RDONLY)
-    try:
-        pid = os.fork()
-    except BaseException:
-        os.close(null)
-        raise
-    if pid == 0:
-        try:
-            os.setsid()
-            for source, target in ((null, 0), (log, 1), (log, 2)):
-                os.dup2(source, target)
-            for fd in keep:
-                os.set_inheritable(fd, True)
-            close_from(3, keep)
-            if cwd:
-                os.chdir(cwd)
-            os.execv(argv[0], argv)
-        except BaseException as exc:
-            try:
-                os.write(2, ("cannot start the kernel daemon: %s\n" % (exc,)).encode())
-            except BaseException:
-                pass
-        os._exit(127)
-    os.close(null)
-    return pid
 
 
 def exit_code(pid: int, wait_s: float) -> Optional[int]:

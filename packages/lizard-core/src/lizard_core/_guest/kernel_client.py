@@ -66,30 +66,37 @@ if TYPE_CHECKING:  # annotations only: the compact program drops this block and 
 
     Opening = Tuple[Optional[_socket.socket], Optional[Starting], Optional[str]]
 
-from ._client_daemon import (
-    SIGINT,
-    NeedSource,
-    Refused,
-    StartLock,
-    alive,
-    connect,
-    is_daemon,
-    kernel_dir,
-    kill_daemon,
-    log_tail,
-    peer_pid,
-    read_pid,
-    runs_version,
-    spawn_daemon,
-    start_daemon,
-)
-from ._prelude import JOBS_ROOT, cleanup, frame_line
+    def part_break() -> None: ...
+
+
+from ._client_spawn import OPENS, Refused, is_daemon, kernel_dir, read_pid, start_early
 
 T0 = time.monotonic()
 HUB_FORK = globals().get("HUB_FORK")
 """The launcher's fork of the hub, where a launcher runs this program (``.launcher``): called once
 the daemon is on its way and the request read, so that in a new sandbox the daemon starts before
 the hub is compiled, and the hub's work does not compete with the daemon's start."""
+EARLY = start_early(sys.argv)
+"""The daemon's Python, started before the rest of this program is compiled where this call will
+start a daemon: the first part of the program ends here (``lizard_core._guest``)."""
+
+part_break()
+
+from ._client_daemon import (  # noqa: E402  # the program's second part
+    SIGINT,
+    NeedSource,
+    StartLock,
+    alive,
+    connect,
+    kill_daemon,
+    log_tail,
+    peer_pid,
+    runs_version,
+    spawn_daemon,
+    start_daemon,
+)
+from ._prelude import JOBS_ROOT, cleanup, frame_line  # noqa: E402
+
 START = b'{"t":"cell"'
 FINAL = b'{"t":"end"'
 # While queued behind another request, how often to check whether its client is gone.
@@ -119,10 +126,6 @@ def final(error: Optional[Frame] = None, **extra: Any) -> None:
 
 def error(name: str, message: str, traceback: str = "") -> Frame:
     return {"name": name, "message": message, "traceback": traceback}
-
-
-OPENS = ("execute", "install", "ping")
-"""The operations that connect to the daemon, starting it when none runs."""
 
 
 def begin_open(directory: str, req: Frame) -> Opening:
@@ -161,12 +164,13 @@ def begin_open(directory: str, req: Frame) -> Opening:
             kill_daemon(pid)
             lost = "replaced"
         stale = read_pid(directory)
-        if stale:
+        # A pid file left from before a restore may name a pid this call's early Python took.
+        if stale and not (EARLY is not None and stale == EARLY.pid):
             kill_daemon(stale)
     except BaseException:
         lock.__exit__()
         raise
-    return None, spawn_daemon(directory, req, lock), lost
+    return None, spawn_daemon(directory, req, lock, EARLY), lost
 
 
 def open_kernel(
@@ -177,6 +181,8 @@ def open_kernel(
     Returns ``(socket, spawned, lost)``, ``lost`` as :func:`begin_open` says.
     """
     sock, starting, lost = opening or begin_open(directory, req)
+    if EARLY is not None:
+        EARLY.drop()  # let go unless the daemon started is it (then it is no longer ours)
     if sock is not None:
         return sock, False, None
     assert starting is not None

@@ -8,13 +8,17 @@ these globals only where it is needed (:func:`load_hub`), which for a launcher i
 the hub.
 
 A launcher forks the hub before the program runs, so that the hub holds nothing of it. A program
-may instead fork the hub itself, at a point of its own, by naming :data:`HUB_FORK` in its
-top-level code (``HUB_FORK = globals().get("HUB_FORK")``): it then starts with ``HUB_FORK`` the
-launcher's fork (call it once, with no thread or signal handler of its own yet: the hub keeps
-the program's memory, none of its descriptors nor its buffered output), and is ``None`` where
-no launcher runs it (a hub's child, ``python3 -c``). A program that names it and does not call it
-starts no hub; the next call does. The kernel client so starts a new sandbox's kernel daemon,
-the longest path of a new executor's start, before the hub's code is compiled and forked.
+may instead fork the hub itself, at a point of its own, by naming :data:`HUB_FORK` in its first
+part's top-level code (``HUB_FORK = globals().get("HUB_FORK")``): it then starts with
+``HUB_FORK`` the launcher's fork (call it once, with no thread or signal handler of its own yet:
+the hub keeps the program's memory, none of its descriptors nor its buffered output), and is
+``None`` where no launcher runs it (a hub's child, ``python3 -c``). A program that names it and
+does not call it starts no hub; the next call does. The kernel client so starts a new sandbox's
+kernel daemon, the longest path of a new executor's start, before the hub's code is compiled
+and forked.
+
+A program in parts (``._run``) has its first part compiled before anything runs, each other part
+once those before it have run; the hub forked from it compiles what the launcher had not reached.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ._descriptors import close_from
-from ._run import open_pidfd, run_main, unpack
+from ._run import compiled, open_pidfd, parts, run_main
 
 if TYPE_CHECKING:  # annotations only: the compact program drops this block and every annotation
     from typing import Any, Dict, List
@@ -51,7 +55,8 @@ def launch() -> None:
     """Run the program in this process; fork a hub for later calls when none runs."""
     key, hub = sys.argv[1], sys.argv[2]
     program = sys.argv[3].encode("ascii")
-    code = unpack(program)
+    codes = parts(program)
+    codes[0] = compiled(codes[0])  # the rest once the first part has run (``_run``)
     forked: List[int] = []
 
     def fork() -> None:
@@ -59,17 +64,17 @@ def launch() -> None:
             return  # once
         forked.append(0)
         try:
-            forked[0] = fork_hub(key, hub, {program: code})
+            forked[0] = fork_hub(key, hub, {program: codes})
         except OSError:
             pass  # no hub: later operations run here too, as before
 
     given = None
-    if HUB_FORK in code.co_names:
+    if HUB_FORK in codes[0].co_names:
         given = {HUB_FORK: fork}  # the hub compiles its code itself, off the program's path
     else:
         load_hub()  # here, where the program waits: the hub is then ready the sooner
         fork()
-    status = run_main(code, ["-c"] + sys.argv[4:], given)
+    status = run_main(codes, ["-c"] + sys.argv[4:], given)
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
