@@ -74,9 +74,6 @@ MAX_CODES = 8
 LEARN_BYTES = 64 * 1024
 """Of a relay's argv, what the hub reads to learn its program (the relay, key and both packed
 programs take about 13 KiB)."""
-QUIET_S = 0.05
-"""How long a hub waits, with no call coming or running, before it imports the rest of
-:data:`PRELOAD` (one module a look at its queue)."""
 IDLE_WAIT_S = 0.2
 """The longest a hub forked from a launcher waits for the launcher to wait before preloading."""
 HUB_NAME = "lizard-hub"
@@ -95,8 +92,6 @@ PRELOAD = (
     "zlib",
 )
 """Modules the guest programs import: imported once by the hub, free in every child."""
-TAKE_CALL = ("json",)
-"""Of :data:`PRELOAD`, what every child uses to take a call (besides the C library's syscall)."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
@@ -288,17 +283,16 @@ def blank_command_line() -> bool:
         return False
 
 
-def preload(proc: int = -1, pidfd: int = -1, modules: Tuple[str, ...] = PRELOAD) -> None:
+def preload(proc: int = -1, pidfd: int = -1) -> None:
     """Import what the guest programs import, and look up ``syscall``: once, for every child.
 
     Given its launcher (``proc`` and ``pidfd``, as :func:`wait_for_exit` takes them), a hub
     forked from one stops between modules once the launcher has exited: it then names itself
     first, since the next call may come at once (a relay that finds no hub runs the launcher,
-    which costs more than the rest of the preload), and :meth:`Hub.serve` imports
-    :data:`TAKE_CALL` before its first spare and the rest once quiet, then forks a spare that
-    has it all.
+    which costs more than the rest of the preload), and :meth:`Hub.serve` imports the rest
+    before its first spare.
     """
-    for module in modules:
+    for module in PRELOAD:
         if proc >= 0 and exited(proc, pidfd):
             return
         try:
@@ -411,11 +405,8 @@ class Hub:
         import signal
         import time
 
-        # The first spare first: the call after a new executor's start may come within a few
-        # milliseconds, and what it needs is what every child needs to take a call (the C
-        # library's syscall, json for its frames). The rest of the preload comes once no call
-        # has come or run for QUIET_S (below): a scripted agent's steps come milliseconds apart.
-        preload(modules=TAKE_CALL)
+        self.fork_watcher()
+        preload()
         self.queue = Queue()
         wake_r, wake_w = os.pipe()
         for fd in (wake_r, wake_w):
@@ -423,50 +414,25 @@ class Hub:
             os.set_inheritable(fd, False)
         signal.signal(signal.SIGCHLD, lambda signum, frame: None)
         signal.set_wakeup_fd(wake_w)
+        gc.collect()
         self.fork_spare()
-        self.fork_watcher()
-        later = [name for name in PRELOAD if name not in sys.modules]
-        last = quiet = time.monotonic()
+        last = time.monotonic()
         retired = False
         while True:
             watched = [pidfd for _, _, pidfd in self.children.values() if pidfd >= 0]
-            # Retired, with no call left to finish: one last look at the queue, then out. With
-            # modules left to preload: once quiet, a look, then one module.
-            idle = bool(later) and not self.children and not retired
+            # Retired, with no call left to finish: one last look at the queue, then out.
             timeout = 0.0 if retired and not self.children else CHECK_S
-            if idle:
-                timeout = max(0.0, quiet + QUIET_S - time.monotonic())
             ready = select.select([FIFO_FD, wake_r] + watched, [], [], timeout)[0]
-            if idle and not ready and time.monotonic() >= quiet + QUIET_S:
-                try:
-                    __import__(later.pop(0))
-                except ImportError:
-                    pass
-                if not later and self.spare is not None:
-                    # A spare with all of them for the next call (the one forked before
-                    # has only what it imports itself); the old one stays where none can be.
-                    old = self.spare
-                    gc.collect()
-                    try:
-                        self.fork_spare()
-                    except OSError:
-                        self.spare = old
-                    else:
-                        os.close(old[1])  # it reads end of file and exits
-                continue
             if wake_r in ready:
                 try:
                     os.read(wake_r, 512)
                 except OSError:
                     pass
-            running = len(self.children)
             self.reap()
-            if self.children or len(self.children) != running:
-                quiet = time.monotonic()  # a call runs, or one just ended
             if watched:
                 self.hang_up(ready)
             if FIFO_FD in ready:
-                last = quiet = time.monotonic()
+                last = time.monotonic()
                 self.read_requests()
             if self.children:
                 # The next spare is forked once the request's child is done (or on demand):
