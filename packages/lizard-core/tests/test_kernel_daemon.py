@@ -212,22 +212,24 @@ def test_first_calls_at_once_make_one_daemon_and_their_other_pythons_exit(
     assert printed == {f"{daemon}\n"}
     assert sum("spawned" in [frame["t"] for frame in f] for f in frames) == 1
 
-    def pythons() -> set[int]:
-        found = set()
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except (OSError, ValueError):
-                continue
-            if entry.isdigit() and str(kernel.directory).encode() in argv and _alive(int(entry)):
-                found.add(int(entry))
-        return found
-
     deadline = time.monotonic() + 15
-    while pythons() != {daemon} and time.monotonic() < deadline:
+    while _pythons_of(kernel) != {daemon} and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert pythons() == {daemon}
+    assert _pythons_of(kernel) == {daemon}
+
+
+def _pythons_of(guest: GuestKernel) -> set[int]:
+    """The live processes started for ``guest``'s kernel directory: daemon or early Python."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                argv = f.read().split(b"\0")
+        except (OSError, ValueError):
+            continue
+        if entry.isdigit() and str(guest.directory).encode() in argv and _alive(int(entry)):
+            found.add(int(entry))
+    return found
 
 
 def _held_while_early(guest: GuestKernel) -> tuple[int, subprocess.Popen[bytes], int]:
@@ -243,22 +245,12 @@ def _held_while_early(guest: GuestKernel) -> tuple[int, subprocess.Popen[bytes],
     fcntl.flock(lock, fcntl.LOCK_EX)
     call = guest.popen("import os\nprint(os.getpid())")
 
-    def early() -> int:
-        for entry in os.listdir("/proc"):
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except (OSError, ValueError):
-                continue
-            if str(guest.directory).encode() in argv and argv[1:2] == [b"-c"]:
-                return int(entry)
-        return 0
-
     deadline = time.monotonic() + 30
-    while not early() and time.monotonic() < deadline:
+    while not _pythons_of(guest) and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert early(), "no daemon's Python was started early"
-    return lock, call, early()
+    started = _pythons_of(guest)  # no daemon yet: the lock holds the call before its start
+    assert len(started) == 1, "no daemon's Python was started early"
+    return lock, call, started.pop()
 
 
 def _outcome(call: subprocess.Popen[bytes]) -> Outcome:
